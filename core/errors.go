@@ -1,0 +1,47 @@
+package core
+
+import "errors"
+
+// Configuration errors, returned (wrapped, naming the rule and the field) by
+// NewPolicy, NewLimiter and NewMemoryStore. Match them with errors.Is.
+var (
+	// ErrInvalidRule: a rule is malformed (no name, bad name, no limit).
+	ErrInvalidRule = errors.New("ratelimit: invalid rule")
+	// ErrInvalidRate: a rate is zero, negative, not finite or above 1e9/s.
+	ErrInvalidRate = errors.New("ratelimit: invalid rate")
+	// ErrInvalidBurst: a burst or window limit is below 1, too large, or
+	// takes too long to refill.
+	ErrInvalidBurst = errors.New("ratelimit: invalid burst")
+	// ErrInvalidWindow: a window or a maximum wait is not positive or too long.
+	ErrInvalidWindow = errors.New("ratelimit: invalid window")
+	// ErrUnknownScope: a rule's scope is neither built in nor a Dimension.
+	ErrUnknownScope = errors.New("ratelimit: unknown scope")
+	// ErrDuplicateRule: two rules share a name on overlapping plans, so they
+	// would share buckets.
+	ErrDuplicateRule = errors.New("ratelimit: duplicate rule")
+	// ErrInvalidOption: an option has a value that cannot work.
+	ErrInvalidOption = errors.New("ratelimit: invalid option")
+)
+
+// Request errors, returned by the Limiter and by stores for input that no
+// configuration can make valid. Adapters hand them to their error handler.
+var (
+	// ErrInvalidKey: a bucket key is empty, longer than MaxKeyLen, or holds
+	// control characters.
+	ErrInvalidKey = errors.New("ratelimit: invalid key")
+	// ErrInvalidCost: a cost is negative or above MaxCost.
+	ErrInvalidCost = errors.New("ratelimit: invalid cost")
+	// ErrInvalidTime: an explicit time is before the Unix epoch or after
+	// MaxTime.
+	ErrInvalidTime = errors.New("ratelimit: invalid time")
+)
+
+// Outcome errors.
+var (
+	// ErrUnavailable is returned, wrapping the store's error, when the store
+	// fails and the limiter fails closed.
+	ErrUnavailable = errors.New("ratelimit: store unavailable")
+	// ErrLimited is returned by Wait when the request cannot pass before the
+	// context ends, or can never pass.
+	ErrLimited = errors.New("ratelimit: limited")
+)

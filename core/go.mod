@@ -1,0 +1,3 @@
+module github.com/bucketry/ratelimit/core
+
+go 1.25

@@ -1,0 +1,397 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FailureMode says what a Limiter does when its store fails.
+type FailureMode uint8
+
+const (
+	// FailOpen allows the request and reports the error in the decision.
+	// The default.
+	FailOpen FailureMode = iota
+	// FailClosed denies the request: AllowN returns an error wrapping
+	// ErrUnavailable and a decision with ReasonUnavailable.
+	FailClosed
+	// FailFallback decides the request on an in-memory store with the same
+	// rules, private to the limiter, and reports the error in the decision.
+	FailFallback
+)
+
+// String names the mode.
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	case FailFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("FailureMode(%d)", uint8(m))
+}
+
+// unavailableRetry is the Retry-After given when failing closed.
+const unavailableRetry = time.Second
+
+// Observer is called with every decision, on the deciding goroutine, after
+// the store answers. It must not retain req or d, and should be quick:
+// metrics and audit logs attach here.
+type Observer func(ctx context.Context, req *Request, d *Decision)
+
+// Option configures a Limiter.
+type Option interface{ apply(*config) }
+
+type config struct {
+	store    Store
+	failure  FailureMode
+	observer Observer
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithStore sets the store. The default is a new MemoryStore.
+func WithStore(s Store) Option { return optionFunc(func(c *config) { c.store = s }) }
+
+// WithFailureMode sets what happens when the store fails. The default is
+// FailOpen.
+func WithFailureMode(m FailureMode) Option {
+	return optionFunc(func(c *config) { c.failure = m })
+}
+
+// WithObserver sets a function called with every decision.
+func WithObserver(o Observer) Option { return optionFunc(func(c *config) { c.observer = o }) }
+
+// Limiter decides requests against a policy, all tiers at once. It is safe
+// for concurrent use.
+type Limiter struct {
+	policy   atomic.Pointer[Policy]
+	store    Store
+	fallback *MemoryStore
+	failure  FailureMode
+	observer Observer
+	takes    sync.Pool // *takeBuf
+}
+
+// takeBuf is a pooled Take with the rule behind each bucket.
+type takeBuf struct {
+	Take
+	rules []*Rule
+}
+
+// NewLimiter returns a limiter for policy. It fails with ErrInvalidOption
+// for a nil policy or an unknown failure mode.
+func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
+	var cfg config
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if policy == nil {
+		return nil, fmt.Errorf("%w: nil policy", ErrInvalidOption)
+	}
+	if cfg.failure > FailFallback {
+		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOption, cfg.failure)
+	}
+	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observer}
+	if l.store == nil {
+		m, err := NewMemoryStore()
+		if err != nil {
+			return nil, err
+		}
+		l.store = m
+	}
+	if l.failure == FailFallback {
+		m, err := NewMemoryStore()
+		if err != nil {
+			return nil, err
+		}
+		l.fallback = m
+	}
+	l.policy.Store(policy)
+	l.takes.New = func() any { return new(takeBuf) }
+	return l, nil
+}
+
+// Policy returns the policy in force.
+func (l *Limiter) Policy() *Policy { return l.policy.Load() }
+
+// SetPolicy replaces the policy for every later decision, without a
+// restart. Buckets are keyed by rule name and identity, so a rule that keeps
+// its name keeps its buckets.
+func (l *Limiter) SetPolicy(p *Policy) error {
+	if p == nil {
+		return fmt.Errorf("%w: nil policy", ErrInvalidOption)
+	}
+	l.policy.Store(p)
+	return nil
+}
+
+// Allow reports whether one request may happen now. It is AllowN(ctx, req, 1).
+func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
+	return l.decide(ctx, time.Time{}, &req, 1)
+}
+
+// AllowN reports whether a request of cost n may happen now, and if so
+// consumes n from every tier that applies. n = 0 reads the tiers without
+// consuming. Every applicable rule must allow it; if one denies, no tier
+// changes.
+//
+// The error is non-nil for input no configuration can make valid (a cost
+// outside [0, MaxCost], an identity that is too long or holds control
+// characters), and, wrapping ErrUnavailable, when the store fails and the
+// limiter fails closed. Under FailOpen and FailFallback a store failure is
+// reported in Decision.Err, not as an error.
+func (l *Limiter) AllowN(ctx context.Context, req Request, n int64) (Decision, error) {
+	return l.decide(ctx, time.Time{}, &req, n)
+}
+
+// AllowAt is AllowN at an explicit time instead of the store's clock. It
+// exists for tests and replays; a shared store then trusts the caller's
+// clock. now must lie between the Unix epoch and MaxTime.
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, req Request, n int64) (Decision, error) {
+	if now.IsZero() {
+		return Decision{}, fmt.Errorf("%w: zero time", ErrInvalidTime)
+	}
+	return l.decide(ctx, now, &req, n)
+}
+
+// Wait blocks until one request may proceed. It is WaitN(ctx, req, 1).
+func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
+	return l.WaitN(ctx, req, 1)
+}
+
+// WaitN blocks until a request of cost n may proceed, or ctx ends. A shaping
+// tier's delay is waited out; a denial is retried after its RetryAfter. It
+// returns an error wrapping ErrLimited, without waiting, when the cost can
+// never pass or the wait would outlast ctx's deadline, and ctx's error if ctx
+// ends while waiting (tokens taken for a shaping delay stay taken).
+func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, error) {
+	for {
+		d, err := l.decide(ctx, time.Time{}, &req, n)
+		if err != nil {
+			return d, err
+		}
+		wait := d.Delay
+		if !d.Allowed {
+			if d.Reason == ReasonCostExceedsLimit {
+				return d, fmt.Errorf("%w: cost %d exceeds rule %q", ErrLimited, n, d.Rule)
+			}
+			wait = d.RetryAfter
+		}
+		if wait > 0 {
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait && !d.Allowed {
+				return d, fmt.Errorf("%w: rule %q needs %v, past the context deadline", ErrLimited, d.Rule, wait)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return d, ctx.Err()
+			}
+		}
+		if d.Allowed {
+			return d, nil
+		}
+	}
+}
+
+func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int64) (Decision, error) {
+	if err := CheckCost(n); err != nil {
+		return Decision{}, err
+	}
+	if !now.IsZero() {
+		if err := CheckTime(now); err != nil {
+			return Decision{}, err
+		}
+	}
+	p := l.policy.Load()
+	tb := l.takes.Get().(*takeBuf)
+	defer l.putTake(tb)
+	t := &tb.Take
+	t.Now, t.Cost = now, n
+	for i := range p.rules {
+		r := &p.rules[i]
+		id, ok := r.Applies(req)
+		if !ok {
+			continue
+		}
+		if err := CheckKey(id); err != nil {
+			return Decision{}, fmt.Errorf("ratelimit: rule %q: %s identity: %w", r.Name, r.Scope, err)
+		}
+		t.Buckets = append(t.Buckets, Bucket{Rule: r.Name, Key: id, Limit: &r.Limit})
+		tb.rules = append(tb.rules, r)
+	}
+	var d Decision
+	d.Allowed = true
+	if len(t.Buckets) == 0 {
+		l.observe(ctx, req, &d)
+		return d, nil
+	}
+	if cap(t.States) < len(t.Buckets) {
+		t.States = make([]BucketState, len(t.Buckets))
+	}
+	t.States = t.States[:len(t.Buckets)]
+	err := l.store.Take(ctx, t)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		// The caller gave up; that is not the store failing.
+		return Decision{}, err
+	}
+	var failed error
+	if err != nil {
+		failed = err
+		switch l.failure {
+		case FailOpen:
+			d = Decision{Allowed: true, Degraded: true, Err: err}
+			l.observe(ctx, req, &d)
+			return d, nil
+		case FailClosed:
+			d = Decision{Reason: ReasonUnavailable, RetryAfter: unavailableRetry, Degraded: true, Err: err}
+			l.observe(ctx, req, &d)
+			return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case FailFallback:
+			if ferr := l.fallback.Take(ctx, t); ferr != nil {
+				return Decision{}, ferr
+			}
+		}
+	}
+	d.fill(tb)
+	if failed != nil {
+		d.Degraded, d.Err = true, failed
+	}
+	l.observe(ctx, req, &d)
+	return d, nil
+}
+
+func (l *Limiter) putTake(tb *takeBuf) {
+	clear(tb.Buckets) // drop references to strings and rules
+	clear(tb.rules)
+	tb.Buckets, tb.rules = tb.Buckets[:0], tb.rules[:0]
+	l.takes.Put(tb)
+}
+
+func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {
+	if l.observer != nil {
+		// Copies, so that the caller's values stay on its stack.
+		rc, dc := *req, *d
+		l.observer(ctx, &rc, &dc)
+	}
+}
+
+// TierState is one tier's answer to a request.
+type TierState struct {
+	Rule *Rule // the rule; read only
+	BucketState
+}
+
+// inlineTiers is how many tier states a Decision holds without allocating.
+const inlineTiers = 4
+
+// Decision is the outcome of one request against every tier that applies.
+// The summary fields come from the deciding tier: the denying one with the
+// longest RetryAfter (a cost that can never pass counts as longest), or, when
+// allowed, the one with the least Remaining. A request to which no rule
+// applies is allowed with Limit 0 and no tiers.
+type Decision struct {
+	Allowed    bool
+	Reason     Reason        // why denied; ReasonNone when allowed
+	Limit      int64         // the deciding tier's burst or window limit
+	Remaining  int64         // the deciding tier's whole tokens left, >= 0
+	ResetAfter time.Duration // until the deciding tier is full again
+	RetryAfter time.Duration // when denied: until the cost can pass
+	Delay      time.Duration // when allowed by a shaping tier: wait this long first
+	Rule       string        // the deciding tier's rule name
+	Scope      Scope         // the deciding tier's scope
+
+	// Degraded is true when the store failed and the failure mode decided;
+	// Err is the store's error.
+	Degraded bool
+	Err      error
+
+	n     int
+	tiers [inlineTiers]TierState
+	more  []TierState
+}
+
+// Tiers returns the state of every tier that applied, in policy order. The
+// slice aliases d: copy it to keep it past d.
+func (d *Decision) Tiers() []TierState {
+	if d.more != nil {
+		return d.more
+	}
+	return d.tiers[:d.n]
+}
+
+// Tier returns the deciding tier's state, and false when no rule applied.
+func (d *Decision) Tier() (TierState, bool) {
+	for _, t := range d.Tiers() {
+		if t.Rule.Name == d.Rule {
+			return t, true
+		}
+	}
+	return TierState{}, false
+}
+
+func (d *Decision) fill(tb *takeBuf) {
+	t := &tb.Take
+	tiers := d.tiers[:0]
+	if len(t.Buckets) > inlineTiers {
+		tiers = make([]TierState, 0, len(t.Buckets))
+	}
+	best := -1
+	allowed := true
+	for i := range t.States {
+		if !t.States[i].Allowed {
+			allowed = false
+		}
+	}
+	for i := range t.States {
+		st := &t.States[i]
+		tiers = append(tiers, TierState{Rule: tb.rules[i], BucketState: *st})
+		if best < 0 || decides(st, &t.States[best], allowed) {
+			best = i
+		}
+		if st.Delay > d.Delay {
+			d.Delay = st.Delay
+		}
+	}
+	if len(t.Buckets) > inlineTiers {
+		d.more = tiers
+	}
+	d.n = len(tiers)
+	b := &t.States[best]
+	r := tiers[best].Rule
+	d.Allowed = allowed
+	d.Reason = b.Reason
+	d.Limit = r.Limit.burst
+	d.Remaining = b.Remaining
+	d.ResetAfter = b.ResetAfter
+	d.RetryAfter = b.RetryAfter
+	d.Rule, d.Scope = r.Name, r.Scope
+	if !allowed {
+		d.Delay = 0
+	}
+}
+
+// decides reports whether a should decide the request rather than b.
+func decides(a, b *BucketState, allowed bool) bool {
+	if allowed {
+		return a.Remaining < b.Remaining
+	}
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	ra, rb := a.Reason == ReasonCostExceedsLimit, b.Reason == ReasonCostExceedsLimit
+	if ra != rb {
+		return ra
+	}
+	return a.RetryAfter > b.RetryAfter
+}

@@ -1,0 +1,3 @@
+module github.com/bucketry/ratelimit
+
+go 1.25
