@@ -78,13 +78,8 @@ type Limiter struct {
 	fallback *MemoryStore
 	failure  FailureMode
 	observer Observer
-	takes    sync.Pool // *takeBuf
-}
-
-// takeBuf is a pooled Take with the rule behind each bucket.
-type takeBuf struct {
-	Take
-	rules []*Rule
+	memory   *MemoryStore // store, when it is one
+	takes    sync.Pool    // *Take, for stores other than memory
 }
 
 // NewLimiter returns a limiter for policy. It fails with ErrInvalidOption
@@ -116,7 +111,8 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 		l.fallback = m
 	}
 	l.policy.Store(policy)
-	l.takes.New = func() any { return new(takeBuf) }
+	l.memory, _ = l.store.(*MemoryStore)
+	l.takes.New = func() any { return new(Take) }
 	return l, nil
 }
 
@@ -214,10 +210,16 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		}
 	}
 	p := l.policy.Load()
-	tb := l.takes.Get().(*takeBuf)
-	defer l.putTake(tb)
-	t := &tb.Take
-	t.Now, t.Cost = now, n
+	// Up to inlineTiers tiers live on this stack frame; the memory store
+	// takes them as they are, so a decision allocates nothing.
+	var (
+		bucketArr [inlineTiers]Bucket
+		stateArr  [inlineTiers]BucketState
+		ruleArr   [inlineTiers]*Rule
+	)
+	// Separate variables, not a Take: escape analysis treats a struct as a
+	// whole, and now's *time.Location escapes on the interface path.
+	buckets, states, rules := bucketArr[:0], stateArr[:0], ruleArr[:0]
 	for i := range p.rules {
 		r := &p.rules[i]
 		id, ok := r.Applies(req)
@@ -227,27 +229,31 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		if err := CheckKey(id); err != nil {
 			return Decision{}, fmt.Errorf("ratelimit: rule %q: %s identity: %w", r.Name, r.Scope, err)
 		}
-		t.Buckets = append(t.Buckets, Bucket{Rule: r.Name, Key: id, Limit: &r.Limit})
-		tb.rules = append(tb.rules, r)
+		buckets = append(buckets, Bucket{Rule: r.Name, Key: id, Limit: &r.Limit})
+		rules = append(rules, r)
 	}
 	var d Decision
 	d.Allowed = true
-	if len(t.Buckets) == 0 {
+	if len(buckets) == 0 {
 		l.observe(ctx, req, &d)
 		return d, nil
 	}
-	if cap(t.States) < len(t.Buckets) {
-		t.States = make([]BucketState, len(t.Buckets))
+	if len(buckets) > len(stateArr) {
+		states = make([]BucketState, len(buckets))
 	}
-	t.States = t.States[:len(t.Buckets)]
-	err := l.store.Take(ctx, t)
+	states = states[:len(buckets)]
+	var err error
+	if l.memory != nil {
+		// Everything take would check was checked above.
+		l.memory.take(&Take{Now: now, Cost: n, Buckets: buckets, States: states})
+	} else {
+		err = l.takeFrom(ctx, l.store, now, n, buckets, states)
+	}
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		// The caller gave up; that is not the store failing.
 		return Decision{}, err
 	}
-	var failed error
 	if err != nil {
-		failed = err
 		switch l.failure {
 		case FailOpen:
 			d = Decision{Allowed: true, Degraded: true, Err: err}
@@ -258,24 +264,33 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 			l.observe(ctx, req, &d)
 			return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case FailFallback:
-			if ferr := l.fallback.Take(ctx, t); ferr != nil {
-				return Decision{}, ferr
-			}
+			l.fallback.take(&Take{Now: now, Cost: n, Buckets: buckets, States: states})
+			d.Degraded, d.Err = true, err
 		}
 	}
-	d.fill(tb)
-	if failed != nil {
-		d.Degraded, d.Err = true, failed
-	}
+	d.fill(states, rules)
 	l.observe(ctx, req, &d)
 	return d, nil
 }
 
-func (l *Limiter) putTake(tb *takeBuf) {
-	clear(tb.Buckets) // drop references to strings and rules
-	clear(tb.rules)
-	tb.Buckets, tb.rules = tb.Buckets[:0], tb.rules[:0]
-	l.takes.Put(tb)
+// takeFrom runs t on a store through a pooled Take: the store's method may
+// retain its argument as far as the compiler can tell, and t's arrays must
+// stay on the caller's stack.
+func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int64, buckets []Bucket, states []BucketState) error {
+	pt := l.takes.Get().(*Take)
+	pt.Now, pt.Cost = now, cost
+	pt.Buckets, pt.States = pt.Buckets[:0], pt.States[:0]
+	for _, b := range buckets {
+		pt.Buckets = append(pt.Buckets, b)
+		pt.States = append(pt.States, BucketState{})
+	}
+	err := s.Take(ctx, pt)
+	if err == nil {
+		copy(states, pt.States)
+	}
+	clear(pt.Buckets) // drop references to strings and limits
+	l.takes.Put(pt)
+	return err
 }
 
 func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {
@@ -340,35 +355,34 @@ func (d *Decision) Tier() (TierState, bool) {
 	return TierState{}, false
 }
 
-func (d *Decision) fill(tb *takeBuf) {
-	t := &tb.Take
-	tiers := d.tiers[:0]
-	if len(t.Buckets) > inlineTiers {
-		tiers = make([]TierState, 0, len(t.Buckets))
+func (d *Decision) fill(states []BucketState, rules []*Rule) {
+	n := len(states)
+	if n > inlineTiers {
+		d.more = make([]TierState, n)
 	}
 	best := -1
 	allowed := true
-	for i := range t.States {
-		if !t.States[i].Allowed {
-			allowed = false
-		}
+	for i := range states {
+		allowed = allowed && states[i].Allowed
 	}
-	for i := range t.States {
-		st := &t.States[i]
-		tiers = append(tiers, TierState{Rule: tb.rules[i], BucketState: *st})
-		if best < 0 || decides(st, &t.States[best], allowed) {
+	for i := range states {
+		st := &states[i]
+		ts := TierState{Rule: rules[i], BucketState: *st}
+		if d.more != nil {
+			d.more[i] = ts
+		} else {
+			d.tiers[i] = ts
+		}
+		if best < 0 || decides(st, &states[best], allowed) {
 			best = i
 		}
-		if st.Delay > d.Delay {
+		if allowed && st.Delay > d.Delay {
 			d.Delay = st.Delay
 		}
 	}
-	if len(t.Buckets) > inlineTiers {
-		d.more = tiers
-	}
-	d.n = len(tiers)
-	b := &t.States[best]
-	r := tiers[best].Rule
+	d.n = n
+	b := &states[best]
+	r := rules[best]
 	d.Allowed = allowed
 	d.Reason = b.Reason
 	d.Limit = r.Limit.burst
@@ -376,9 +390,6 @@ func (d *Decision) fill(tb *takeBuf) {
 	d.ResetAfter = b.ResetAfter
 	d.RetryAfter = b.RetryAfter
 	d.Rule, d.Scope = r.Name, r.Scope
-	if !allowed {
-		d.Delay = 0
-	}
 }
 
 // decides reports whether a should decide the request rather than b.

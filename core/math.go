@@ -152,21 +152,28 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 // 2*maxSpan, so nothing overflows.
 func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 	next := *s
-	debt := max(s.A-now, 0)
+	var st BucketState
+	st, next.A = l.gcra(s.A, now, cost)
+	return st, next
+}
+
+// gcra decides a token bucket or shaping limit whose theoretical arrival
+// time is tat, and returns the answer and the next tat (unchanged unless
+// allowed with cost > 0).
+func (l *Limit) gcra(tat, now, cost int64) (BucketState, int64) {
+	debt := max(tat-now, 0)
 	room := l.tau - debt // negative only if the clock went backwards
 	st := BucketState{ResetAfter: time.Duration(debt)}
-	if cost == 0 {
-		st.Allowed = true
-		st.Remaining = max(room, 0) / l.interval
-		return st, next
-	}
-	if cost > l.burst {
-		st.Reason = ReasonCostExceedsLimit
-		st.Remaining = max(room, 0) / l.interval
-		return st, next
-	}
 	need := cost * l.interval
 	wait := need - room // > 0: the cost does not fit now
+	if cost == 0 || cost > l.burst {
+		st.Allowed = cost == 0
+		if !st.Allowed {
+			st.Reason = ReasonCostExceedsLimit
+		}
+		st.Remaining = max(room, 0) / l.interval
+		return st, tat
+	}
 	if wait <= 0 || (l.alg == AlgShaping && wait <= int64(l.maxWait)) {
 		st.Allowed = true
 		if wait > 0 {
@@ -174,8 +181,7 @@ func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 		}
 		st.Remaining = max(room-need, 0) / l.interval
 		st.ResetAfter = time.Duration(debt + need)
-		next.A = now + debt + need
-		return st, next
+		return st, now + debt + need
 	}
 	st.Reason = ReasonLimited
 	st.Remaining = max(room, 0) / l.interval
@@ -185,7 +191,7 @@ func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 		// within MaxWait.
 		st.RetryAfter = time.Duration(wait - int64(l.maxWait))
 	}
-	return st, next
+	return st, tat
 }
 
 // windowStart returns the start of the fixed window holding now, and the

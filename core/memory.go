@@ -14,22 +14,26 @@ import (
 // MemoryStore keeps buckets in process memory. It is the embedded default
 // store and is safe for concurrent use.
 //
-// Keys are spread over independently locked shards, so goroutines on
-// different keys rarely wait for each other. Deciding on an existing bucket
-// allocates nothing.
+// Buckets are spread over shards, each an open-addressing hash table that
+// is read without locking; every bucket has its own lock. A decision on one
+// existing bucket hashes its key once, finds it without taking any shared
+// lock, and locks only that bucket, so goroutines on different keys do not
+// wait for each other and a hot key contends on a single cache line. A
+// decision on several buckets locks their shards, in order, then the
+// buckets. Deciding on existing buckets allocates nothing.
 //
 // A bucket whose state is equivalent to a new one (a full token bucket, an
-// empty window) is expired: it is dropped as the store goes, a few slots of
-// a shard at each insertion, and all at once by Reclaim, one shard at a time.
-// Nothing ever locks the whole store.
+// empty window) has expired: it is dropped as the store goes, a few slots of
+// a shard at each insertion, and all at once by Reclaim, one shard at a
+// time. Nothing ever locks the whole store.
 //
 // The store holds at most WithMaxKeys buckets (rounded up to a multiple of
-// the shard count). When a shard is full, it first
-// drops expired buckets; if none has expired it evicts, among eight sampled
-// buckets, the one that would be full soonest. Evicting a bucket forgives
-// what it still owed (at most its burst), so a store too small for its
-// traffic can admit more than the policy; Stats counts evictions so that
-// this is visible. Size the store for the number of live keys.
+// the shard count). When a shard is full it first drops expired buckets; if
+// none has expired it evicts, among eight sampled buckets, the one that would
+// be full soonest. Evicting a bucket forgives what it still owed (at most its
+// burst), so a store too small for its traffic can admit more than the
+// policy; Stats counts evictions so that this is visible. Size the store for
+// the number of live keys.
 type MemoryStore struct {
 	shards []shard
 	mask   uint64
@@ -43,20 +47,34 @@ type MemoryStore struct {
 	reclaimed atomic.Int64
 }
 
-type shard struct {
-	mu     sync.Mutex
-	index  map[string]int32 // bucket key -> slot
-	slots  []slot
-	free   []int32
-	cursor int // next slot the incremental sweep looks at
-	_      [64]byte
-}
-
-type slot struct {
-	key     string // "" when free
+// entry is one bucket. hash and key never change; mu guards the rest.
+type entry struct {
+	hash    uint64
+	mu      sync.Mutex
+	dead    bool // dropped from its table: look the key up again
 	alg     Algorithm
 	expires int64
 	st      State
+	key     string
+}
+
+// tombstone marks a slot whose entry was dropped, so probes continue past it.
+var tombstone = &entry{}
+
+// table is an open-addressing hash table with linear probing. Readers load
+// slots atomically without a lock; only the shard's writer changes them.
+type table struct {
+	mask  uint64
+	slots []atomic.Pointer[entry]
+}
+
+type shard struct {
+	mu     sync.Mutex // serializes inserts, drops and resizes
+	tab    atomic.Pointer[table]
+	live   int // entries in tab, under mu
+	used   int // slots not nil (entries and tombstones), under mu
+	cursor int // next slot the incremental sweep looks at, under mu
+	_      [64]byte
 }
 
 // MemoryOption configures a MemoryStore.
@@ -114,7 +132,7 @@ func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
 	}
 	s.wall0 = s.mono0.UnixNano()
 	for i := range s.shards {
-		s.shards[i].index = make(map[string]int32)
+		s.shards[i].tab.Store(newTable(8))
 	}
 	return s, nil
 }
@@ -139,61 +157,120 @@ func (s *MemoryStore) Take(ctx context.Context, t *Take) error {
 	if err := CheckTake(t); err != nil {
 		return err
 	}
-	now := s.now()
-	if !t.Now.IsZero() {
+	s.take(t)
+	return nil
+}
+
+// take is Take for a valid t.
+func (s *MemoryStore) take(t *Take) {
+	var now int64
+	if t.Now.IsZero() {
+		now = s.now()
+	} else {
 		now = t.Now.UnixNano()
 	}
 	if len(t.Buckets) == 1 {
 		s.takeOne(t, now)
-		return nil
+	} else {
+		s.takeMany(t, now)
 	}
-	s.takeMany(t, now)
-	return nil
+}
+
+// lookup returns the entry for key, or nil. It takes no lock.
+func (tab *table) lookup(h uint64, key []byte) *entry {
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		e := tab.slots[i].Load()
+		if e == nil {
+			return nil
+		}
+		if e.hash == h && e != tombstone && e.key == string(key) {
+			return e
+		}
+	}
 }
 
 func (s *MemoryStore) takeOne(t *Take, now int64) {
-	var arr [96]byte
+	var arr [128]byte
 	b := &t.Buckets[0]
 	key := appendKey(arr[:0], b)
-	sh := &s.shards[maphash.Bytes(s.seed, key)&s.mask]
-	sh.mu.Lock()
-	i, ok := sh.index[string(key)]
-	var cur State
-	var sl *slot
-	if ok {
-		sl = &sh.slots[i]
-		if sl.alg != b.Limit.alg {
-			sl.st = State{Log: sl.st.Log[:0]}
-			sl.alg = b.Limit.alg
+	h := maphash.Bytes(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	for {
+		e := sh.tab.Load().lookup(h, key)
+		if e == nil {
+			break
 		}
-		cur = sl.st
+		e.mu.Lock()
+		if e.dead {
+			// Dropped since the lookup (it had expired, or was evicted):
+			// look again.
+			e.mu.Unlock()
+			continue
+		}
+		t.States[0] = e.decide(b.Limit, now, t.Cost)
+		e.mu.Unlock()
+		return
 	}
-	st, next := b.Limit.Decide(&cur, now, t.Cost)
-	t.States[0] = st
-	if st.Allowed && t.Cost > 0 {
-		if sl == nil {
-			sl = sh.insert(s, string(key), b.Limit.alg, now)
-		}
-		b.Limit.Commit(&sl.st, next, t.Cost)
-		sl.expires = b.Limit.ExpiresAt(&sl.st)
+	// Not found: decide under the shard lock, which every insert of this
+	// shard holds, so no one else creates the bucket meanwhile.
+	sh.mu.Lock()
+	if e := sh.tab.Load().lookup(h, key); e != nil {
+		e.mu.Lock()
+		t.States[0] = e.decide(b.Limit, now, t.Cost)
+		e.mu.Unlock()
+		sh.mu.Unlock()
+		return
+	}
+	var fresh entry
+	t.States[0] = fresh.decide(b.Limit, now, t.Cost)
+	if fresh.alg != 0 {
+		// Committed: the bucket now differs from a new one.
+		sh.insert(s, h, string(key), &fresh, now)
 	}
 	sh.mu.Unlock()
 }
 
+// decide decides one request against e alone and commits it if allowed.
+// The caller holds e.mu, or owns e. A fresh entry (alg 0) stays fresh unless
+// the request changed it; a denied request writes nothing.
+func (e *entry) decide(l *Limit, now, cost int64) BucketState {
+	if e.alg != l.alg && e.alg != 0 {
+		// The rule changed algorithm under the same name: start afresh.
+		e.st, e.alg, e.expires = State{Log: e.st.Log[:0]}, 0, 0
+	}
+	if l.isBucket() {
+		// Token bucket fast path: the state is one int64.
+		st, tat := l.gcra(e.st.A, now, cost)
+		if tat != e.st.A {
+			e.alg, e.st.A, e.expires = l.alg, tat, tat
+		}
+		return st
+	}
+	st, next := l.Decide(&e.st, now, cost)
+	if st.Allowed && cost > 0 {
+		l.Commit(&e.st, next, cost)
+		e.alg, e.expires = l.alg, l.ExpiresAt(&e.st)
+	}
+	return st
+}
+
 // takeMany locks every shard involved, in index order so that two takes
-// cannot deadlock, decides every bucket, and commits only if all allow.
+// cannot deadlock, then the existing buckets; decides every bucket; and
+// commits only if all allow. Single-bucket takes lock one bucket and never
+// wait for another lock while holding it, so they cannot deadlock with this.
 func (s *MemoryStore) takeMany(t *Take, now int64) {
 	n := len(t.Buckets)
 	var (
 		keyArr   [512]byte // the keys, back to back
 		endArr   [8]int    // where each key ends in keyArr
-		shArr    [8]uint32
-		slotArr  [8]int32
-		stateArr [8]State
+		hashArr  [8]uint64
+		entArr   [8]*entry
+		nextArr  [8]State
+		orderArr [8]uint32
 	)
-	kb, ends, shs, slots, states := keyArr[:0], endArr[:0], shArr[:0], slotArr[:0], stateArr[:0]
+	kb, ends, hashes, ents, nexts, order := keyArr[:0], endArr[:0], hashArr[:0], entArr[:0], nextArr[:0], orderArr[:0]
 	if n > len(endArr) {
-		ends, shs, slots, states = make([]int, 0, n), make([]uint32, 0, n), make([]int32, 0, n), make([]State, 0, n)
+		ends, hashes, ents, nexts, order = make([]int, 0, n), make([]uint64, 0, n), make([]*entry, 0, n), make([]State, 0, n), make([]uint32, 0, n)
 	}
 	for i := range t.Buckets {
 		kb = appendKey(kb, &t.Buckets[i])
@@ -207,68 +284,73 @@ func (s *MemoryStore) takeMany(t *Take, now int64) {
 		return kb[start:ends[i]]
 	}
 	for i := range t.Buckets {
-		shs = append(shs, uint32(maphash.Bytes(s.seed, key(i))&s.mask))
+		h := maphash.Bytes(s.seed, key(i))
+		hashes = append(hashes, h)
+		order = append(order, uint32(h&s.mask))
 	}
-	// Lock each distinct shard once, in ascending order.
-	order := make([]uint32, 0, 8)
-	order = append(order, shs...)
 	sortUint32(order)
 	order = dedupUint32(order)
 	for _, o := range order {
 		s.shards[o].mu.Lock()
 	}
-	allowed := true
-	states = states[:n]
-	slots = slots[:n]
+	// With the shard locks held, no entry of these shards is inserted or
+	// dropped, so the lookups stay valid and none is dead.
 	for i := range t.Buckets {
-		b := &t.Buckets[i]
-		sh := &s.shards[shs[i]]
-		slots[i] = -1
-		states[i] = State{}
-		if j, ok := sh.index[string(key(i))]; ok {
-			slots[i] = j
-			sl := &sh.slots[j]
-			if sl.alg != b.Limit.alg {
-				sl.st = State{Log: sl.st.Log[:0]}
-				sl.alg = b.Limit.alg
-			}
-			states[i] = sl.st
+		e := s.shards[hashes[i]&s.mask].tab.Load().lookup(hashes[i], key(i))
+		if e != nil {
+			e.mu.Lock()
 		}
-		var next State
-		t.States[i], next = b.Limit.Decide(&states[i], now, t.Cost)
-		states[i] = next
+		ents = append(ents, e)
+	}
+	allowed := true
+	nexts = nexts[:n]
+	for i := range t.Buckets {
+		l := t.Buckets[i].Limit
+		var cur State
+		if e := ents[i]; e != nil && e.alg == l.alg {
+			cur = e.st
+		}
+		t.States[i], nexts[i] = l.Decide(&cur, now, t.Cost)
 		allowed = allowed && t.States[i].Allowed
 	}
 	if allowed && t.Cost > 0 {
-		// Existing buckets first: once committed they are unexpired, so the
-		// sweep in insert cannot drop a slot this take still refers to.
-		for pass := 0; pass < 2; pass++ {
-			for i := range t.Buckets {
-				if (slots[i] >= 0) != (pass == 0) {
-					continue
+		// Existing buckets first: once committed they are unexpired, and
+		// locked, so the sweep in insert passes them by.
+		for i, e := range ents {
+			if e != nil {
+				l := t.Buckets[i].Limit
+				if e.alg != l.alg {
+					e.st = State{Log: e.st.Log[:0]}
 				}
-				b := &t.Buckets[i]
-				sh := &s.shards[shs[i]]
-				var sl *slot
-				if pass == 0 {
-					sl = &sh.slots[slots[i]]
-				} else {
-					sl = sh.insert(s, string(key(i)), b.Limit.alg, now)
-				}
-				b.Limit.Commit(&sl.st, states[i], t.Cost)
-				sl.expires = b.Limit.ExpiresAt(&sl.st)
+				l.Commit(&e.st, nexts[i], t.Cost)
+				e.alg, e.expires = l.alg, l.ExpiresAt(&e.st)
+			}
+		}
+		for i, e := range ents {
+			if e == nil {
+				l := t.Buckets[i].Limit
+				var fresh entry
+				l.Commit(&fresh.st, nexts[i], t.Cost)
+				fresh.alg, fresh.expires = l.alg, l.ExpiresAt(&fresh.st)
+				s.shards[hashes[i]&s.mask].insert(s, hashes[i], string(key(i)), &fresh, now)
 			}
 		}
 	} else if !allowed {
 		// Nothing is consumed: report each bucket's balance as it stands.
 		for i := range t.Buckets {
 			if t.States[i].Allowed {
-				cur := State{}
-				if slots[i] >= 0 {
-					cur = s.shards[shs[i]].slots[slots[i]].st
+				l := t.Buckets[i].Limit
+				var cur State
+				if e := ents[i]; e != nil && e.alg == l.alg {
+					cur = e.st
 				}
-				t.States[i], _ = t.Buckets[i].Limit.Decide(&cur, now, 0)
+				t.States[i], _ = l.Decide(&cur, now, 0)
 			}
+		}
+	}
+	for _, e := range ents {
+		if e != nil {
+			e.mu.Unlock()
 		}
 	}
 	for k := len(order) - 1; k >= 0; k-- {
@@ -276,82 +358,140 @@ func (s *MemoryStore) takeMany(t *Take, now int64) {
 	}
 }
 
-// insert adds a bucket, making room first if the shard is full, and returns
-// its slot. The caller holds sh.mu. insert may grow sh.slots and drop expired
-// or evicted slots, so pointers into sh.slots taken before it are invalid.
-func (sh *shard) insert(s *MemoryStore, key string, alg Algorithm, now int64) *slot {
+// insert adds a copy of fresh under key, making room first if the shard is
+// full. The caller holds sh.mu.
+func (sh *shard) insert(s *MemoryStore, h uint64, key string, fresh *entry, now int64) {
 	sh.sweep(s, now, 2)
-	if len(sh.index) >= s.perCap {
-		sh.sweep(s, now, len(sh.slots))
-		if len(sh.index) >= s.perCap {
+	if sh.live >= s.perCap {
+		// Full: look a little further for expired entries, then evict.
+		// Both are bounded, so an insert never scans the whole table.
+		sh.sweep(s, now, 32)
+		if sh.live >= s.perCap {
 			sh.evict(s)
 		}
 	}
-	var i int32
-	if n := len(sh.free); n > 0 {
-		i = sh.free[n-1]
-		sh.free = sh.free[:n-1]
-	} else {
-		sh.slots = append(sh.slots, slot{})
-		i = int32(len(sh.slots) - 1)
+	tab := sh.tab.Load()
+	if 2*(sh.used+1) > len(tab.slots) {
+		tab = sh.resize()
 	}
-	sl := &sh.slots[i]
-	sl.key, sl.alg, sl.expires = key, alg, 0
-	sl.st = State{Log: sl.st.Log[:0]}
-	sh.index[key] = i
-	return sl
+	e := &entry{hash: h, key: key, alg: fresh.alg, expires: fresh.expires, st: fresh.st}
+	i := h & tab.mask
+	for {
+		if cur := tab.slots[i].Load(); cur == nil || cur == tombstone {
+			if cur == nil {
+				sh.used++
+			}
+			break
+		}
+		i = (i + 1) & tab.mask
+	}
+	tab.slots[i].Store(e)
+	sh.live++
 }
 
-// sweep looks at up to n slots from the cursor and drops the expired ones.
+// resize publishes a new table sized for twice the live entries, without
+// tombstones. Readers still on the old table find the same entries there.
+func (sh *shard) resize() *table {
+	old := sh.tab.Load()
+	size := 8
+	for size < 4*(sh.live+1) {
+		size *= 2
+	}
+	tab := newTable(size)
+	for i := range old.slots {
+		e := old.slots[i].Load()
+		if e == nil || e == tombstone {
+			continue
+		}
+		j := e.hash & tab.mask
+		for tab.slots[j].Load() != nil {
+			j = (j + 1) & tab.mask
+		}
+		tab.slots[j].Store(e)
+	}
+	sh.used = sh.live
+	sh.cursor = 0
+	sh.tab.Store(tab)
+	return tab
+}
+
+func newTable(size int) *table {
+	return &table{mask: uint64(size - 1), slots: make([]atomic.Pointer[entry], size)}
+}
+
+// sweep looks at up to n slots from the cursor and drops the expired
+// entries. A bucket locked by someone else is in use: it is passed by.
 func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
-	for ; n > 0 && len(sh.slots) > 0; n-- {
-		if sh.cursor >= len(sh.slots) {
+	tab := sh.tab.Load()
+	for ; n > 0; n-- {
+		if sh.cursor >= len(tab.slots) {
 			sh.cursor = 0
 		}
-		sl := &sh.slots[sh.cursor]
-		if sl.key != "" && sl.expires <= now {
-			sh.drop(int32(sh.cursor))
+		i := sh.cursor
+		sh.cursor++
+		e := tab.slots[i].Load()
+		if e == nil || e == tombstone || !e.mu.TryLock() {
+			continue
+		}
+		if e.expires <= now {
+			sh.drop(tab, i, e)
 			s.reclaimed.Add(1)
 		}
-		sh.cursor++
+		e.mu.Unlock()
 	}
 }
 
-// evict drops, among up to eight slots from the cursor, the bucket that
-// expires first: it forgives the least.
+// evict drops, among up to eight entries from the cursor, the one that
+// expires first: it forgives the least. Entries locked elsewhere (in use,
+// possibly by the caller's own take) are passed by.
 func (sh *shard) evict(s *MemoryStore) {
-	best := int32(-1)
-	for seen, i := 0, 0; seen < 8 && i < len(sh.slots); i++ {
-		j := int32((sh.cursor + i) % len(sh.slots))
-		if sh.slots[j].key == "" {
+	tab := sh.tab.Load()
+	best, bestAt := -1, int64(0)
+	for seen, k := 0, 0; seen < 8 && k < len(tab.slots); k++ {
+		i := (sh.cursor + k) & int(tab.mask)
+		e := tab.slots[i].Load()
+		if e == nil || e == tombstone || !e.mu.TryLock() {
 			continue
 		}
 		seen++
-		if best < 0 || sh.slots[j].expires < sh.slots[best].expires {
-			best = j
+		if best < 0 || e.expires < bestAt {
+			if best >= 0 {
+				tab.slots[best].Load().mu.Unlock()
+			}
+			best, bestAt = i, e.expires
+		} else {
+			e.mu.Unlock()
 		}
 	}
-	if best >= 0 {
-		sh.drop(best)
-		s.evictions.Add(1)
+	if best < 0 {
+		return
 	}
+	e := tab.slots[best].Load()
+	sh.drop(tab, best, e)
+	e.mu.Unlock()
+	sh.cursor = best + 1
+	s.evictions.Add(1)
 }
 
-func (sh *shard) drop(i int32) {
-	sl := &sh.slots[i]
-	delete(sh.index, sl.key)
-	sl.key = ""
-	sl.st = State{Log: sl.st.Log[:0]}
-	sh.free = append(sh.free, i)
+// drop removes e, at slot i, from the table. The caller holds sh.mu and
+// e.mu; goroutines that found e before are told by e.dead to look again.
+func (sh *shard) drop(tab *table, i int, e *entry) {
+	e.dead = true
+	tab.slots[i].Store(tombstone)
+	sh.live--
 }
 
 // Reclaim drops every expired bucket now. It locks one shard at a time, so
-// concurrent decisions wait at most for one shard's sweep.
+// concurrent decisions wait at most for one shard's sweep, and it shrinks
+// tables that have become mostly empty.
 func (s *MemoryStore) Reclaim() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.sweep(s, s.now(), len(sh.slots))
+		sh.sweep(s, s.now(), len(sh.tab.Load().slots))
+		if n := len(sh.tab.Load().slots); n > 8 && 8*sh.live < n {
+			sh.resize()
+		}
 		sh.mu.Unlock()
 	}
 }
@@ -369,7 +509,7 @@ func (s *MemoryStore) Stats() MemoryStats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += len(sh.index)
+		st.Keys += sh.live
 		sh.mu.Unlock()
 	}
 	return st
