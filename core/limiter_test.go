@@ -102,3 +102,196 @@ func TestFailureModes(t *testing.T) {
 		})
 	}
 }
+
+func TestPlans(t *testing.T) {
+	l := newTestLimiter(t, nil,
+		Rule{Name: "per-user", Scope: ScopeUser, Plan: "free", Limit: TokenBucket(PerMinute(2), 2)},
+		Rule{Name: "per-user", Scope: ScopeUser, Plan: "pro", Limit: TokenBucket(PerMinute(5), 5)},
+	)
+	ctx := context.Background()
+	count := func(req Request) (n int) {
+		for range 10 {
+			if d, _ := l.AllowAt(ctx, t0, req, 1); d.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if got := count(Request{User: "f", Plan: "free"}); got != 2 {
+		t.Errorf("free user admitted %d, want 2", got)
+	}
+	if got := count(Request{User: "p", Plan: "pro"}); got != 5 {
+		t.Errorf("pro user admitted %d, want 5", got)
+	}
+	// No plan: no per-user rule applies.
+	if got := count(Request{User: "n"}); got != 10 {
+		t.Errorf("user without plan admitted %d, want 10", got)
+	}
+}
+
+func TestDecidingTier(t *testing.T) {
+	l := newTestLimiter(t, nil,
+		Rule{Name: "fast", Scope: ScopeUser, Limit: TokenBucket(PerSecond(10), 1)},
+		Rule{Name: "slow", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)},
+		Rule{Name: "roomy", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(1), 100)},
+	)
+	ctx := context.Background()
+	req := Request{User: "u"}
+	d, _ := l.AllowAt(ctx, t0, req, 1)
+	if !d.Allowed || d.Rule != "fast" || d.Remaining != 0 || len(d.Tiers()) != 3 {
+		t.Fatalf("first: %+v, want allowed, decided by the first tier with least remaining", d)
+	}
+	d, _ = l.AllowAt(ctx, t0, req, 1)
+	// Both per-user tiers deny; the one with the longest RetryAfter decides.
+	if d.Allowed || d.Rule != "slow" || d.RetryAfter != time.Second || d.Reason != ReasonLimited {
+		t.Fatalf("second: %+v, want denied by slow after 1s", d)
+	}
+	tiers := d.Tiers()
+	if tiers[0].Allowed || tiers[0].RetryAfter != 100*time.Millisecond || !tiers[2].Allowed || tiers[2].Remaining != 99 {
+		t.Fatalf("tiers = %+v", tiers)
+	}
+	if ts, ok := d.Tier(); !ok || ts.Rule.Name != "slow" {
+		t.Fatalf("Tier() = %+v, %v", ts, ok)
+	}
+	// A cost no tier can ever hold decides over any retry time.
+	d, _ = l.AllowAt(ctx, t0, req, 5)
+	if d.Allowed || d.Reason != ReasonCostExceedsLimit || d.RetryAfter != 0 {
+		t.Fatalf("cost 5: %+v, want cost exceeds limit", d)
+	}
+}
+
+func TestManyTiers(t *testing.T) {
+	var rules []Rule
+	for i := range 6 {
+		rules = append(rules, Rule{Name: "r" + string(rune('a'+i)), Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(1), int64(10+i))})
+	}
+	l := newTestLimiter(t, nil, rules...)
+	d, err := l.AllowAt(context.Background(), t0, Request{}, 3)
+	if err != nil || !d.Allowed || len(d.Tiers()) != 6 || d.Rule != "ra" || d.Remaining != 7 {
+		t.Fatalf("AllowAt = %+v, %v", d, err)
+	}
+	for i, ts := range d.Tiers() {
+		if want := int64(10 + i - 3); ts.Remaining != want {
+			t.Errorf("tier %d remaining = %d, want %d", i, ts.Remaining, want)
+		}
+	}
+}
+
+func TestNoRuleApplies(t *testing.T) {
+	l := newTestLimiter(t, nil, Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
+	d, err := l.Allow(context.Background(), Request{IP: "1.2.3.4"})
+	if err != nil || !d.Allowed || d.Limit != 0 || len(d.Tiers()) != 0 || d.Rule != "" {
+		t.Fatalf("Allow = %+v, %v; want allowed with no tiers", d, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	l := newTestLimiter(t, nil, Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		do   func() error
+		want error
+	}{
+		{"negative cost", func() error { _, err := l.AllowN(ctx, Request{User: "u"}, -1); return err }, ErrInvalidCost},
+		{"huge cost", func() error { _, err := l.AllowN(ctx, Request{User: "u"}, MaxCost+1); return err }, ErrInvalidCost},
+		{"oversized key", func() error {
+			_, err := l.Allow(ctx, Request{User: string(make([]byte, MaxKeyLen+1))})
+			return err
+		}, ErrInvalidKey},
+		{"control character", func() error { _, err := l.Allow(ctx, Request{User: "a\nb"}); return err }, ErrInvalidKey},
+		{"time before 1970", func() error { _, err := l.AllowAt(ctx, time.Unix(-1, 0), Request{User: "u"}, 1); return err }, ErrInvalidTime},
+		{"zero time", func() error { _, err := l.AllowAt(ctx, time.Time{}, Request{User: "u"}, 1); return err }, ErrInvalidTime},
+		{"time past MaxTime", func() error { _, err := l.AllowAt(ctx, MaxTime.Add(1), Request{User: "u"}, 1); return err }, ErrInvalidTime},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.do(); !errors.Is(err, tc.want) {
+				t.Fatalf("error = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBadInputUnderFailOpen(t *testing.T) {
+	// Bad input is an error whatever the failure mode: it is not a store
+	// failure to be allowed through.
+	l := newTestLimiter(t, []Option{WithStore(failingStore{errors.New("down")})},
+		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
+	if _, err := l.Allow(context.Background(), Request{User: "a\x00b"}); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("error = %v, want ErrInvalidKey", err)
+	}
+}
+
+func TestObserver(t *testing.T) {
+	var seen []Decision
+	var users []string
+	obs := func(_ context.Context, req *Request, d *Decision) {
+		seen = append(seen, *d)
+		users = append(users, req.User)
+	}
+	l := newTestLimiter(t, []Option{WithObserver(obs)}, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
+	ctx := context.Background()
+	l.AllowAt(ctx, t0, Request{User: "a"}, 1)
+	l.AllowAt(ctx, t0, Request{User: "a"}, 1)
+	if len(seen) != 2 || !seen[0].Allowed || seen[1].Allowed || users[1] != "a" {
+		t.Fatalf("observed %+v for %v", seen, users)
+	}
+}
+
+func TestSetPolicy(t *testing.T) {
+	l := newTestLimiter(t, nil, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
+	ctx := context.Background()
+	req := Request{User: "u"}
+	l.AllowAt(ctx, t0, req, 1)
+	p, _ := NewPolicy(Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 3)})
+	if err := l.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	// Same name, same bucket: one token was spent, the larger burst adds room.
+	d, _ := l.AllowAt(ctx, t0, req, 0)
+	if d.Remaining != 2 || d.Limit != 3 {
+		t.Fatalf("after SetPolicy: remaining %d limit %d, want 2 and 3", d.Remaining, d.Limit)
+	}
+	if err := l.SetPolicy(nil); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("SetPolicy(nil) = %v", err)
+	}
+}
+
+func TestNewLimiterRejects(t *testing.T) {
+	if _, err := NewLimiter(nil); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("NewLimiter(nil) = %v", err)
+	}
+	p, _ := NewPolicy()
+	if _, err := NewLimiter(p, WithFailureMode(FailureMode(9))); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("unknown failure mode: %v", err)
+	}
+}
+
+func TestFallbackKeepsLimits(t *testing.T) {
+	l := newTestLimiter(t, []Option{WithStore(failingStore{errors.New("down")}), WithFailureMode(FailFallback)},
+		Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 2)})
+	ctx := context.Background()
+	var allowed int
+	for range 5 {
+		d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+		if err != nil || !d.Degraded {
+			t.Fatalf("AllowAt = %+v, %v", d, err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Fatalf("fallback admitted %d, want the burst of 2", allowed)
+	}
+}
+
+func TestContextCanceledIsNotAFailure(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l := newTestLimiter(t, []Option{WithStore(failingStore{context.Canceled})}, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
+	if _, err := l.Allow(ctx, Request{User: "u"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("error = %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,65 @@
+// Package core decides rate limits: the bucket math, multi-tier policies,
+// decisions, the Store contract and the in-memory store. It imports only the
+// standard library; framework middleware and Redis stores build on it.
+//
+// # Rules, policies, limiters
+//
+// A Rule is one tier: a name, a Scope (user, ip, endpoint, global or a
+// Dimension), a Limit (algorithm and numbers), an optional Plan and a
+// Disabled flag. NewPolicy validates a set of rules and reports any mistake
+// as a *RuleError that names the rule and wraps a sentinel error
+// (ErrInvalidRate, ErrInvalidBurst, ErrInvalidWindow, ErrUnknownScope,
+// ErrDuplicateRule, ErrInvalidRule) for errors.Is.
+//
+// A Limiter checks a Request against every rule that applies to it. A rule
+// applies when it is enabled, its plan is empty or equals Request.Plan, and
+// the request carries an identity for its scope: an anonymous request (empty
+// User) skips the per-user rules; global rules always apply. All applicable
+// rules must allow the request, and a request denied by any tier consumes
+// nothing from any tier. The Decision names the deciding tier: the denying
+// one with the longest RetryAfter or, when allowed, the one with the least
+// Remaining.
+//
+// # Bucket math
+//
+// A token bucket has a rate r and a burst b. A new bucket is full, tokens
+// refill continuously, tokens(t) = min(b, tokens(t0) + (t-t0)*r), and a
+// request of cost c is allowed iff tokens(t) >= c, then consumes c. Cost 0
+// reads without consuming; a cost above b can never pass and is denied with
+// ReasonCostExceedsLimit and no retry time. The implementation is GCRA in
+// integer nanoseconds: one theoretical arrival time per bucket, the interval
+// between tokens 1/r rounded up to the nanosecond so that the rate is never
+// exceeded. Decisions are exact at every nanosecond; there is no floating
+// point in the token bucket.
+//
+// Decision fields, for the deciding tier: Limit = b; Remaining = whole
+// tokens left, never negative; ResetAfter = time until the bucket is full;
+// RetryAfter (denied) = (c - tokens)/r, the exact wait until this cost can
+// pass if nobody else consumes. Time moving backwards never creates tokens.
+//
+// The other algorithms (see Algorithm): fixed windows aligned to the Unix
+// epoch; the sliding window counter, prev*(1-elapsed/W) + cur + c <= L,
+// computed in float64 in a fixed order so that every store gets the same
+// bits, with RetryAfter found by bisection so it is never early; the sliding
+// log, exact over (t-W, t]; and Shaping, a token bucket that delays a request
+// into its slot (Decision.Delay) for up to MaxWait instead of denying it,
+// serving requests in arrival order.
+//
+// # Stores
+//
+// A Store takes a cost from several buckets atomically, all or nothing, and
+// reports each bucket's state. Stores never decide what a failure means: the
+// Limiter's FailureMode does (FailOpen by default, FailClosed, or
+// FailFallback to a private MemoryStore with the same rules), and a decision
+// made under failure has Degraded set and Err holding the store's error.
+//
+// MemoryStore is the embedded default: sharded, lock-free lookups with a
+// lock per bucket, no allocation for existing keys, bounded, and reclaiming
+// expired buckets incrementally.
+//
+// # Time
+//
+// Stores read their own clock unless a decision carries an explicit time
+// (Limiter.AllowAt). The memory store reads the monotonic clock, or the
+// Clock given with WithClock; tests use ManualClock.
+package core

@@ -1,0 +1,139 @@
+package core
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewPolicyRejects(t *testing.T) {
+	ok := TokenBucket(PerSecond(10), 50)
+	tests := []struct {
+		name  string
+		rules []Rule
+		want  error
+		in    string // the message names the rule and the field
+	}{
+		{"zero rate", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(0), 5)}}, ErrInvalidRate, `rule "a": invalid rate: token count must be > 0, got 0`},
+		{"negative rate", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(-1), 5)}}, ErrInvalidRate, "got -1"},
+		{"zero period", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Rate{N: 1}, 5)}}, ErrInvalidRate, "period must be > 0"},
+		{"above 1e9/s", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Rate{N: 2, Per: time.Nanosecond}, 5)}}, ErrInvalidRate, "above 1e9 per second"},
+		{"burst 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 0)}}, ErrInvalidBurst, "burst must be between 1 and 2^50, got 0"},
+		{"burst too large", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), MaxCost+1)}}, ErrInvalidBurst, "burst"},
+		{"fill time too long", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Every(365*24*time.Hour), 100)}}, ErrInvalidBurst, "longer than 50 years"},
+		{"window 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: FixedWindow(10, 0)}}, ErrInvalidWindow, "window must be > 0"},
+		{"negative window", []Rule{{Name: "a", Scope: ScopeUser, Limit: SlidingWindow(10, -time.Second)}}, ErrInvalidWindow, "window"},
+		{"log limit 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: SlidingLog(0, time.Second)}}, ErrInvalidBurst, "limit must be"},
+		{"shaping without wait", []Rule{{Name: "a", Scope: ScopeUser, Limit: Shaping(PerSecond(1), 1, 0)}}, ErrInvalidWindow, "max wait"},
+		{"no limit", []Rule{{Name: "a", Scope: ScopeUser}}, ErrInvalidRule, "no limit set"},
+		{"no name", []Rule{{Scope: ScopeUser, Limit: ok}}, ErrInvalidRule, `rule "#0"`},
+		{"bad name", []Rule{{Name: "a b", Scope: ScopeUser, Limit: ok}}, ErrInvalidRule, "name must be"},
+		{"bad plan", []Rule{{Name: "a", Scope: ScopeUser, Limit: ok, Plan: "pro plan"}}, ErrInvalidRule, "plan must be"},
+		{"unknown scope", []Rule{{Name: "a", Scope: "usr", Limit: ok}}, ErrUnknownScope, `"usr"`},
+		{"empty scope", []Rule{{Name: "a", Limit: ok}}, ErrUnknownScope, "scope"},
+		{"bad dimension", []Rule{{Name: "a", Scope: Dimension(""), Limit: ok}}, ErrUnknownScope, "dim:"},
+		{"duplicate name", []Rule{{Name: "a", Scope: ScopeUser, Limit: ok}, {Name: "a", Scope: ScopeIP, Limit: ok}}, ErrDuplicateRule, `rule "a"`},
+		{"same name, every plan and pro", []Rule{{Name: "a", Scope: ScopeUser, Limit: ok}, {Name: "a", Scope: ScopeUser, Limit: ok, Plan: "pro"}}, ErrDuplicateRule, "plan"},
+		{"same name, same plan", []Rule{{Name: "a", Scope: ScopeUser, Limit: ok, Plan: "pro"}, {Name: "a", Scope: ScopeUser, Limit: ok, Plan: "pro"}}, ErrDuplicateRule, `"pro"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewPolicy(tc.rules...)
+			if p != nil || !errors.Is(err, tc.want) {
+				t.Fatalf("NewPolicy = %v, %v; want nil, %v", p, err, tc.want)
+			}
+			var re *RuleError
+			if !errors.As(err, &re) {
+				t.Fatalf("error %T is not a *RuleError", err)
+			}
+			if !strings.HasPrefix(err.Error(), "ratelimit: rule ") || !strings.Contains(err.Error(), tc.in) {
+				t.Fatalf("error %q does not contain %q", err, tc.in)
+			}
+		})
+	}
+}
+
+func TestNewPolicyAccepts(t *testing.T) {
+	ok := TokenBucket(PerSecond(10), 50)
+	p, err := NewPolicy(
+		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(10), 50), Plan: "free"},
+		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(100), 500), Plan: "pro"},
+		Rule{Name: "per-tenant", Scope: Dimension("tenant"), Limit: ok},
+		Rule{Name: "daily", Scope: ScopeUser, Limit: TokenBucket(PerDay(1000), 1000)},
+		Rule{Name: "slow", Scope: ScopeGlobal, Limit: TokenBucket(Every(time.Hour), 1)},
+		Rule{Name: "edge", Scope: ScopeIP, Limit: TokenBucket(Rate{N: 1, Per: time.Nanosecond}, 1)},
+		Rule{Name: "fw", Scope: ScopeIP, Limit: FixedWindow(100, time.Minute)},
+		Rule{Name: "sw", Scope: ScopeIP, Limit: SlidingWindow(100, time.Minute)},
+		Rule{Name: "log", Scope: ScopeIP, Limit: SlidingLog(100, time.Minute)},
+		Rule{Name: "queue", Scope: ScopeIP, Limit: Shaping(PerSecond(5), 1, time.Second)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(p.Rules()); got != 10 {
+		t.Fatalf("len(Rules()) = %d, want 10", got)
+	}
+}
+
+func TestRateFromFloat(t *testing.T) {
+	tests := []struct {
+		in       float64
+		interval time.Duration
+		err      bool
+	}{
+		{10, 100 * time.Millisecond, false},
+		{0.5, 2 * time.Second, false},
+		{3, 333333334, false}, // rounded up: never above 3/s
+		{1e9, time.Nanosecond, false},
+		{1e-6, 1e6 * time.Second, false},
+		{0, 0, true}, {-1, 0, true}, {math.NaN(), 0, true}, {math.Inf(1), 0, true}, {2e9, 0, true},
+	}
+	for _, tc := range tests {
+		r, err := RateFromFloat(tc.in)
+		if tc.err {
+			if !errors.Is(err, ErrInvalidRate) {
+				t.Errorf("RateFromFloat(%v) error = %v, want ErrInvalidRate", tc.in, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("RateFromFloat(%v): %v", tc.in, err)
+		}
+		got, err := r.interval()
+		if err != nil || time.Duration(got) != tc.interval {
+			t.Errorf("RateFromFloat(%v) interval = %v, %v; want %v", tc.in, time.Duration(got), err, tc.interval)
+		}
+	}
+}
+
+func TestApplies(t *testing.T) {
+	lim := TokenBucket(PerSecond(1), 1)
+	tests := []struct {
+		name string
+		rule Rule
+		req  Request
+		id   string
+		ok   bool
+	}{
+		{"user present", Rule{Scope: ScopeUser}, Request{User: "u"}, "u", true},
+		{"anonymous skips per-user", Rule{Scope: ScopeUser}, Request{IP: "1.2.3.4"}, "", false},
+		{"global always", Rule{Scope: ScopeGlobal}, Request{}, globalKey, true},
+		{"plan matches", Rule{Scope: ScopeUser, Plan: "pro"}, Request{User: "u", Plan: "pro"}, "u", true},
+		{"plan differs", Rule{Scope: ScopeUser, Plan: "pro"}, Request{User: "u", Plan: "free"}, "", false},
+		{"plan missing", Rule{Scope: ScopeUser, Plan: "pro"}, Request{User: "u"}, "", false},
+		{"disabled", Rule{Scope: ScopeGlobal, Disabled: true}, Request{}, "", false},
+		{"dimension", Rule{Scope: Dimension("tenant")}, Request{Dims: []Dim{{"region", "eu"}, {"tenant", "acme"}}}, "acme", true},
+		{"dimension absent", Rule{Scope: Dimension("tenant")}, Request{Dims: []Dim{{"region", "eu"}}}, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.rule.Name, tc.rule.Limit = "r", lim
+			id, ok := tc.rule.Applies(&tc.req)
+			if id != tc.id || ok != tc.ok {
+				t.Fatalf("Applies = %q, %v; want %q, %v", id, ok, tc.id, tc.ok)
+			}
+		})
+	}
+}
