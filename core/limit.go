@@ -11,8 +11,8 @@ import (
 // A rate is exact: the time between two tokens, Per/N, is kept in whole
 // nanoseconds and rounded up, so a rate is never exceeded; the rounding costs
 // less than one nanosecond per token. Rates up to 1e9 tokens per second can be
-// expressed; a bucket's time to fill from empty (burst/rate) is at most 50
-// years.
+// expressed; a bucket's time to fill from empty (burst/rate) is at most
+// MaxSpan.
 type Rate struct {
 	N   int64         // tokens added every Per; must be >= 1
 	Per time.Duration // the period; must be > 0
@@ -194,10 +194,13 @@ func (l Limit) Interval() time.Duration { return time.Duration(l.interval) }
 
 func (l Limit) isBucket() bool { return l.alg == AlgTokenBucket || l.alg == AlgShaping }
 
-// maxSpan bounds every duration a limit can produce (fill time, window, wait).
-// A bucket's state lies at most two spans after the current time, so with
-// times between 1970 and MaxTime no sum of them overflows int64.
-const maxSpan = 50 * 365 * 24 * time.Hour
+// MaxSpan bounds every duration a limit can produce: a token bucket's fill
+// time plus its maximum wait, and a window. It keeps every duration the math
+// handles below 2^53 ns, so that the Redis scripts, whose numbers are IEEE
+// doubles, compute them exactly and decide exactly as the memory store does.
+const MaxSpan = 100 * 24 * time.Hour
+
+const maxSpan = MaxSpan
 
 // MaxTime is the latest instant a decision can be made at: int64 Unix
 // nanoseconds leave room for two maxSpan after it. Times before the Unix epoch
@@ -221,18 +224,18 @@ func (l *Limit) validate() error {
 			return fmt.Errorf("%w: burst must be between 1 and 2^50, got %d", ErrInvalidBurst, l.burst)
 		}
 		if t > int64(maxSpan)/l.burst {
-			return fmt.Errorf("%w: refilling %d tokens at %v takes longer than 50 years", ErrInvalidBurst, l.burst, l.rate)
+			return fmt.Errorf("%w: refilling %d tokens at %v takes longer than 100 days", ErrInvalidBurst, l.burst, l.rate)
 		}
 		l.interval, l.tau = t, t*l.burst
-		if l.alg == AlgShaping && (l.maxWait <= 0 || l.maxWait > maxSpan) {
-			return fmt.Errorf("%w: max wait must be > 0 and at most 50 years, got %v", ErrInvalidWindow, l.maxWait)
+		if l.alg == AlgShaping && (l.maxWait <= 0 || l.maxWait > maxSpan-time.Duration(l.tau)) {
+			return fmt.Errorf("%w: max wait must be > 0 and, with the fill time %v, at most 100 days; got %v", ErrInvalidWindow, time.Duration(l.tau), l.maxWait)
 		}
 	case AlgFixedWindow, AlgSlidingWindow, AlgSlidingLog:
 		if l.burst < 1 || l.burst > MaxCost {
 			return fmt.Errorf("%w: limit must be between 1 and 2^50, got %d", ErrInvalidBurst, l.burst)
 		}
 		if l.window <= 0 || l.window > maxSpan {
-			return fmt.Errorf("%w: window must be > 0 and at most 50 years, got %v", ErrInvalidWindow, l.window)
+			return fmt.Errorf("%w: window must be > 0 and at most 100 days, got %v", ErrInvalidWindow, l.window)
 		}
 	case 0:
 		return fmt.Errorf("%w: no limit set", ErrInvalidRule)

@@ -149,7 +149,7 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 // tokens and tau = burst*T, a bucket whose theoretical arrival time is TAT
 // holds (tau - debt)/T tokens, debt = max(TAT-now, 0). A cost c fits iff
 // debt + c*T <= tau; then TAT = now + debt + c*T. Both sides are at most
-// 2*maxSpan, so nothing overflows.
+// maxSpan, so nothing overflows and every value is exact in a double.
 func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 	next := *s
 	var st BucketState

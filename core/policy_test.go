@@ -22,7 +22,7 @@ func TestNewPolicyRejects(t *testing.T) {
 		{"above 1e9/s", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Rate{N: 2, Per: time.Nanosecond}, 5)}}, ErrInvalidRate, "above 1e9 per second"},
 		{"burst 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 0)}}, ErrInvalidBurst, "burst must be between 1 and 2^50, got 0"},
 		{"burst too large", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), MaxCost+1)}}, ErrInvalidBurst, "burst"},
-		{"fill time too long", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Every(365*24*time.Hour), 100)}}, ErrInvalidBurst, "longer than 50 years"},
+		{"fill time too long", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Every(365*24*time.Hour), 100)}}, ErrInvalidBurst, "longer than 100 days"},
 		{"window 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: FixedWindow(10, 0)}}, ErrInvalidWindow, "window must be > 0"},
 		{"negative window", []Rule{{Name: "a", Scope: ScopeUser, Limit: SlidingWindow(10, -time.Second)}}, ErrInvalidWindow, "window"},
 		{"log limit 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: SlidingLog(0, time.Second)}}, ErrInvalidBurst, "limit must be"},
