@@ -237,6 +237,11 @@ func (l *Limit) validate() error {
 		if l.window <= 0 || l.window > maxSpan {
 			return fmt.Errorf("%w: window must be > 0 and at most 100 days, got %v", ErrInvalidWindow, l.window)
 		}
+		if l.window%time.Millisecond != 0 {
+			// Windows are aligned to the epoch; in whole milliseconds that
+			// alignment is exact in a double as well.
+			return fmt.Errorf("%w: window must be a whole number of milliseconds, got %v", ErrInvalidWindow, l.window)
+		}
 	case 0:
 		return fmt.Errorf("%w: no limit set", ErrInvalidRule)
 	default:

@@ -25,6 +25,7 @@ func TestNewPolicyRejects(t *testing.T) {
 		{"fill time too long", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Every(365*24*time.Hour), 100)}}, ErrInvalidBurst, "longer than 100 days"},
 		{"window 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: FixedWindow(10, 0)}}, ErrInvalidWindow, "window must be > 0"},
 		{"negative window", []Rule{{Name: "a", Scope: ScopeUser, Limit: SlidingWindow(10, -time.Second)}}, ErrInvalidWindow, "window"},
+		{"sub-millisecond window", []Rule{{Name: "a", Scope: ScopeUser, Limit: FixedWindow(10, time.Second+time.Microsecond)}}, ErrInvalidWindow, "whole number of milliseconds"},
 		{"log limit 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: SlidingLog(0, time.Second)}}, ErrInvalidBurst, "limit must be"},
 		{"shaping without wait", []Rule{{Name: "a", Scope: ScopeUser, Limit: Shaping(PerSecond(1), 1, 0)}}, ErrInvalidWindow, "max wait"},
 		{"no limit", []Rule{{Name: "a", Scope: ScopeUser}}, ErrInvalidRule, "no limit set"},
