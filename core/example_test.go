@@ -89,7 +89,7 @@ func ExampleNewPolicy_error() {
 // The readable constructors for a limit's numbers.
 func ExampleTokenBucket() {
 	for _, l := range []core.Limit{
-		core.TokenBucket(core.PerSecond(10), 50),  // 10 per second, burst 50
+		core.TokenBucket(core.PerSecond(10), 50),   // 10 per second, burst 50
 		core.TokenBucket(core.PerMinute(100), 100), // 100 per minute
 		core.TokenBucket(core.PerDay(1000), 1000),  // 1000 per day
 		core.SlidingWindow(100, time.Minute),

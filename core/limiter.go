@@ -233,7 +233,7 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		rules = append(rules, r)
 	}
 	var d Decision
-	d.Allowed = true
+	d.Allowed, d.Cost = true, n
 	if len(buckets) == 0 {
 		l.observe(ctx, req, &d)
 		return d, nil
@@ -245,9 +245,11 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	var err error
 	if l.memory != nil {
 		// Everything take would check was checked above.
-		l.memory.take(&Take{Now: now, Cost: n, Buckets: buckets, States: states})
+		t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
+		l.memory.take(&t)
+		d.At = t.At
 	} else {
-		err = l.takeFrom(ctx, l.store, now, n, buckets, states)
+		d.At, err = l.takeFrom(ctx, l.store, now, n, buckets, states)
 	}
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		// The caller gave up; that is not the store failing.
@@ -256,16 +258,17 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	if err != nil {
 		switch l.failure {
 		case FailOpen:
-			d = Decision{Allowed: true, Degraded: true, Err: err}
+			d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
 			l.observe(ctx, req, &d)
 			return d, nil
 		case FailClosed:
-			d = Decision{Reason: ReasonUnavailable, RetryAfter: unavailableRetry, Degraded: true, Err: err}
+			d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
 			l.observe(ctx, req, &d)
 			return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case FailFallback:
-			l.fallback.take(&Take{Now: now, Cost: n, Buckets: buckets, States: states})
-			d.Degraded, d.Err = true, err
+			t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
+			l.fallback.take(&t)
+			d.At, d.Degraded, d.Err = t.At, true, err
 		}
 	}
 	d.fill(states, rules)
@@ -276,7 +279,7 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 // takeFrom runs t on a store through a pooled Take: the store's method may
 // retain its argument as far as the compiler can tell, and t's arrays must
 // stay on the caller's stack.
-func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int64, buckets []Bucket, states []BucketState) error {
+func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int64, buckets []Bucket, states []BucketState) (time.Time, error) {
 	pt := l.takes.Get().(*Take)
 	pt.Now, pt.Cost = now, cost
 	pt.Buckets, pt.States = pt.Buckets[:0], pt.States[:0]
@@ -284,13 +287,18 @@ func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int
 		pt.Buckets = append(pt.Buckets, b)
 		pt.States = append(pt.States, BucketState{})
 	}
+	pt.At = time.Time{}
 	err := s.Take(ctx, pt)
 	if err == nil {
 		copy(states, pt.States)
 	}
+	at := pt.At
+	if at.IsZero() {
+		at = now // a store that does not say: the explicit time, if any
+	}
 	clear(pt.Buckets) // drop references to strings and limits
 	l.takes.Put(pt)
-	return err
+	return at, err
 }
 
 func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {
@@ -325,6 +333,12 @@ type Decision struct {
 	Delay      time.Duration // when allowed by a shaping tier: wait this long first
 	Rule       string        // the deciding tier's rule name
 	Scope      Scope         // the deciding tier's scope
+	Cost       int64         // the cost asked for
+	// At is the time the store decided at: its clock (the Redis server's for
+	// the Redis stores) or the explicit time. Resets in epoch form are
+	// computed from it, so every instance reports the same instant. Zero when
+	// no rule applied or the store failed under FailOpen or FailClosed.
+	At time.Time
 
 	// Degraded is true when the store failed and the failure mode decided;
 	// Err is the store's error.

@@ -174,6 +174,7 @@ func (s *MemoryStore) take(t *Take) {
 	} else {
 		s.takeMany(t, now)
 	}
+	t.At = time.Unix(0, now)
 }
 
 // lookup returns the entry for key, or nil. It takes no lock.

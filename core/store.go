@@ -31,6 +31,7 @@ type Take struct {
 	Cost    int64         // tokens to take from each bucket; 0 only reads
 	Buckets []Bucket      // the buckets, at most one per (Rule, Key)
 	States  []BucketState // out: States[i] answers Buckets[i]
+	At      time.Time     // out: the time the store decided at (Now, or its clock)
 }
 
 // Bucket names one bucket and its limit. Two buckets are the same bucket when

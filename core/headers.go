@@ -1,0 +1,693 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// This file turns a Decision into what an HTTP client sees: header fields and
+// an application/problem+json body. Adapters (net/http, gin, fiber, ...) call
+// it; none formats a header itself.
+//
+// References:
+//   - RFC 9110 section 10.2.3: Retry-After as delay-seconds.
+//   - RFC 9651 (Structured Field Values): the List, String and Integer
+//     serializations used by RateLimit-Policy and RateLimit.
+//   - RFC 9457: problem details.
+//   - draft-ietf-httpapi-ratelimit-headers-11 (below "the draft"): the
+//     RateLimit-Policy (section 3) and RateLimit (section 4) fields and the
+//     quota-exceeded problem type (section 5.1).
+
+// ContentTypeProblem is the media type of the bodies AppendProblem writes
+// (RFC 9457 section 3).
+const ContentTypeProblem = "application/problem+json"
+
+// ProblemTypeQuotaExceeded is the problem type of a 429 body, registered by
+// the draft (section 10.2.1).
+const ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// HTTP status codes returned by HeaderFormat.Status, spelled out so that core
+// needs no net/http.
+const (
+	statusTooManyRequests    = 429
+	statusServiceUnavailable = 503
+)
+
+// ResetFormat says how X-RateLimit-Reset expresses the time at which the
+// deciding tier is full again. The zero value is ResetUnix.
+type ResetFormat uint8
+
+const (
+	// ResetUnix sends Unix epoch seconds, rounded up, as GitHub does,
+	// counted from Decision.At. The default.
+	ResetUnix ResetFormat = iota
+	// ResetDelta sends the seconds from now, rounded up, as delay-seconds.
+	ResetDelta
+)
+
+// String names the format.
+func (r ResetFormat) String() string {
+	switch r {
+	case ResetUnix:
+		return "unix"
+	case ResetDelta:
+		return "delta"
+	}
+	return fmt.Sprintf("ResetFormat(%d)", uint8(r))
+}
+
+// TierSelection says which tiers the RateLimit field reports. The zero value
+// is TiersDeciding.
+type TierSelection uint8
+
+const (
+	// TiersDeciding reports one service limit item: the deciding tier of the
+	// Decision (the denying tier with the longest wait, or, when allowed, the
+	// tier with the least remaining). This is the limit "closest to being
+	// exhausted" that the draft (appendix B.1.2) lets a server report alone.
+	// The default.
+	TiersDeciding TierSelection = iota
+	// TiersAll reports one item per tier that applied, in policy order.
+	TiersAll
+)
+
+// String names the selection.
+func (s TierSelection) String() string {
+	switch s {
+	case TiersDeciding:
+		return "deciding"
+	case TiersAll:
+		return "all"
+	}
+	return fmt.Sprintf("TierSelection(%d)", uint8(s))
+}
+
+// NameCase says how header names are spelled. HTTP field names are
+// case-insensitive (RFC 9110 section 5.1); the choice only saves adapters
+// from rewriting the names. The zero value is NamesAsSpecified.
+type NameCase uint8
+
+const (
+	// NamesAsSpecified spells names as their specifications do:
+	// X-RateLimit-Limit, RateLimit-Policy, RateLimit. The default.
+	NamesAsSpecified NameCase = iota
+	// NamesCanonical spells names as net/textproto.CanonicalMIMEHeaderKey
+	// does (X-Ratelimit-Limit, Ratelimit-Policy), so that a net/http adapter
+	// can store them in an http.Header map without canonicalizing, which
+	// would allocate a new name for every header of every response.
+	NamesCanonical
+	// NamesLower spells names in lower case, as HTTP/2 and gRPC metadata
+	// require.
+	NamesLower
+)
+
+// String names the case.
+func (c NameCase) String() string {
+	switch c {
+	case NamesAsSpecified:
+		return "as_specified"
+	case NamesCanonical:
+		return "canonical"
+	case NamesLower:
+		return "lower"
+	}
+	return fmt.Sprintf("NameCase(%d)", uint8(c))
+}
+
+// HeaderOption configures a HeaderFormat; pass options to NewHeaderFormat.
+type HeaderOption interface{ applyHeader(*headerConfig) }
+
+type headerConfig struct {
+	xRateLimit   bool
+	reset        ResetFormat
+	policy       bool
+	rateLimit    bool
+	tiers        TierSelection
+	retryAfter   bool
+	cacheControl bool
+	names        NameCase
+}
+
+type headerOptionFunc func(*headerConfig)
+
+func (f headerOptionFunc) applyHeader(c *headerConfig) { f(c) }
+
+// WithXRateLimit turns the X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset fields on or off. The default is on.
+func WithXRateLimit(on bool) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.xRateLimit = on })
+}
+
+// WithResetFormat sets how X-RateLimit-Reset is expressed. The default is
+// ResetUnix.
+func WithResetFormat(f ResetFormat) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.reset = f })
+}
+
+// WithRateLimitPolicy turns the RateLimit-Policy field of the draft on or
+// off. The default is on.
+func WithRateLimitPolicy(on bool) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.policy = on })
+}
+
+// WithRateLimit turns the RateLimit field of the draft on or off. The
+// default is on.
+func WithRateLimit(on bool) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.rateLimit = on })
+}
+
+// WithRateLimitTiers sets which tiers the RateLimit field reports. The
+// default is TiersDeciding.
+func WithRateLimitTiers(s TierSelection) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.tiers = s })
+}
+
+// WithRetryAfter turns Retry-After on denials on or off. The default is on.
+func WithRetryAfter(on bool) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.retryAfter = on })
+}
+
+// WithCacheControl turns "Cache-Control: no-store" on denials on or off, so
+// that no cache serves a 429 or 503 to a later request. The default is on.
+func WithCacheControl(on bool) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.cacheControl = on })
+}
+
+// WithNameCase sets how header names are spelled. The default is
+// NamesAsSpecified.
+func WithNameCase(n NameCase) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.names = n })
+}
+
+// The headers, in the order HeaderFormat.Headers sets them.
+const (
+	hdrLimit = iota
+	hdrRemaining
+	hdrReset
+	hdrPolicy
+	hdrRateLimit
+	hdrRetryAfter
+	hdrCacheControl
+	numHeaders
+)
+
+var headerNames = [numHeaders]string{
+	hdrLimit:        "X-RateLimit-Limit",
+	hdrRemaining:    "X-RateLimit-Remaining",
+	hdrReset:        "X-RateLimit-Reset",
+	hdrPolicy:       "RateLimit-Policy",
+	hdrRateLimit:    "RateLimit",
+	hdrRetryAfter:   "Retry-After",
+	hdrCacheControl: "Cache-Control",
+}
+
+// HeaderFormat writes the rate-limit header fields and problem bodies of
+// decisions. Build one with NewHeaderFormat, once, at configuration time; the
+// zero value sets no headers. A HeaderFormat is immutable and safe for
+// concurrent use.
+//
+// # Fields
+//
+// On every response of a request that at least one rule applied to:
+//
+//	X-RateLimit-Limit      the deciding tier's Limit (burst, or window limit)
+//	X-RateLimit-Remaining  the deciding tier's Remaining (whole tokens)
+//	X-RateLimit-Reset      when the deciding tier is full again: Unix epoch
+//	                       seconds rounded up (ResetUnix), or seconds from now
+//	                       rounded up (ResetDelta)
+//	RateLimit-Policy       one quota policy item per tier, in policy order
+//	RateLimit              the deciding tier's service limit item (TiersDeciding)
+//	                       or one item per tier (TiersAll)
+//
+// On a denial, in addition:
+//
+//	Retry-After            whole seconds, RetryAfter rounded up, at least 1
+//	                       (RFC 9110 section 10.2.3); not sent for
+//	                       ReasonCostExceedsLimit, which no wait can cure
+//	Cache-Control          no-store
+//
+// A request no rule applied to (Limit 0, no tiers) gets no rate-limit fields
+// at all: there is no quota to describe, and inventing one would mislead
+// clients. A FailOpen decision after a store failure has no tiers either and
+// gets nothing. A FailClosed decision (ReasonUnavailable) gets Retry-After and
+// Cache-Control only, and a 503 body.
+//
+// # The draft's fields for a token bucket
+//
+// RateLimit-Policy (draft section 3) is a List of Items; each Item is the
+// rule's name as a String with the parameters q, the quota (section 3.1.1),
+// and w, the window in whole seconds (section 3.1.3). RateLimit (section 4)
+// is a List of Items naming a policy, with r, the available quota (section
+// 4.1.1), and t, the effective window in seconds (section 4.1.2).
+//
+// A token bucket of rate R per second and burst B maps onto them as
+//
+//	q = B                          the most one burst can take
+//	w = ceil(B / R)                seconds to refill from empty, so that q/w
+//	                               is the sustained rate (never above R, as w
+//	                               rounds up)
+//	r = Remaining                  whole tokens left after this request
+//	t = ceil(ResetAfter)           allowed: seconds until the bucket is full
+//	t = max(1, ceil(RetryAfter))   denied: seconds until the cost can pass,
+//	                               the same value as Retry-After (a cost
+//	                               above B, which no wait cures, gets
+//	                               ceil(ResetAfter) as when allowed)
+//
+// For example TokenBucket(PerSecond(10), 50) has q = 50 and w = 50/10 = 5;
+// its first request (49 tokens left, full again in 100ms) gets
+//
+//	RateLimit-Policy: "api";q=50;w=5
+//	RateLimit: "api";r=49;t=1
+//
+// and after 50 requests in the same instant, the 51st is denied:
+//
+//	RateLimit: "api";r=0;t=1
+//	Retry-After: 1
+//
+// For the window algorithms q is the limit per window and w the window in
+// seconds, rounded up; r and t follow the same rules. A shaping limit is
+// reported as the token bucket it is. Integers are capped at 15 digits
+// (RFC 9651 section 3.3.1), so a quota or remaining count above
+// 999,999,999,999,999 is understated, never overstated. The optional qu
+// (quota unit) parameter is not sent, so clients read the default,
+// "requests"; the optional pk (partition key) is not sent, since the
+// identities behind a bucket (user ids, addresses) are not for clients to see
+// (draft section 6.1) and a Decision does not carry them.
+//
+// With TiersDeciding, RateLimit reports one tier, the one closest to
+// exhaustion or the one that denied, as the draft allows (appendix B.1.2);
+// RateLimit-Policy still lists every tier, so a client knows all the quotas.
+// With TiersAll, a denied response caps every t at the Retry-After value: a
+// Retry-After should not point earlier than the end of an effective window
+// (draft section 6), and a client obeys Retry-After first anyway (section 7).
+//
+// # Bodies
+//
+// A denied request gets an RFC 9457 body (AppendProblem): the draft's
+// quota-exceeded type (section 5.1) with status 429 and violated-policies
+// listing every tier that denied; a FailClosed store failure gets a short
+// about:blank body with status 503.
+type HeaderFormat struct {
+	names        [numHeaders]string
+	on           [numHeaders]bool
+	reset        ResetFormat
+	tiers        TierSelection
+	cacheControl bool
+}
+
+// NewHeaderFormat returns a HeaderFormat with the given options applied over
+// the defaults (every field on, ResetUnix, TiersDeciding, NamesAsSpecified).
+// It fails with an error wrapping ErrInvalidOption for an unknown
+// ResetFormat, TierSelection or NameCase.
+func NewHeaderFormat(opts ...HeaderOption) (*HeaderFormat, error) {
+	cfg := headerConfig{
+		xRateLimit:   true,
+		policy:       true,
+		rateLimit:    true,
+		retryAfter:   true,
+		cacheControl: true,
+	}
+	for _, o := range opts {
+		o.applyHeader(&cfg)
+	}
+	if cfg.reset > ResetDelta {
+		return nil, fmt.Errorf("%w: WithResetFormat: want ResetUnix or ResetDelta, got %v", ErrInvalidOption, cfg.reset)
+	}
+	if cfg.tiers > TiersAll {
+		return nil, fmt.Errorf("%w: WithRateLimitTiers: want TiersDeciding or TiersAll, got %v", ErrInvalidOption, cfg.tiers)
+	}
+	if cfg.names > NamesLower {
+		return nil, fmt.Errorf("%w: WithNameCase: want NamesAsSpecified, NamesCanonical or NamesLower, got %v", ErrInvalidOption, cfg.names)
+	}
+	f := &HeaderFormat{reset: cfg.reset, tiers: cfg.tiers}
+	for i, n := range headerNames {
+		switch cfg.names {
+		case NamesCanonical:
+			n = canonicalName(n)
+		case NamesLower:
+			n = lowerName(n)
+		}
+		f.names[i] = n
+	}
+	f.on[hdrLimit] = cfg.xRateLimit
+	f.on[hdrRemaining] = cfg.xRateLimit
+	f.on[hdrReset] = cfg.xRateLimit
+	f.on[hdrPolicy] = cfg.policy
+	f.on[hdrRateLimit] = cfg.rateLimit
+	f.on[hdrRetryAfter] = cfg.retryAfter
+	f.on[hdrCacheControl] = cfg.cacheControl
+	return f, nil
+}
+
+// canonicalName is textproto.CanonicalMIMEHeaderKey for the ASCII names above.
+func canonicalName(s string) string {
+	b := []byte(s)
+	upper := true
+	for i, c := range b {
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+		upper = c == '-'
+	}
+	return string(b)
+}
+
+func lowerName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
+}
+
+// Headers calls set(name, value) for every header field of d, in a fixed
+// order: X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset,
+// RateLimit-Policy, RateLimit, Retry-After, Cache-Control, skipping those
+// that are off or do not apply (see HeaderFormat). X-RateLimit-Reset in
+// ResetUnix form counts from d.At, the time the store decided at, so every
+// instance behind a shared store reports the same instant.
+//
+// Every name is set at most once, so set may replace (http.Header.Set) or
+// add. Headers allocates one string, which every value is a slice of, and
+// nothing when d has no rate-limit fields; the strings stay valid forever.
+// set is not retained. RateLimit-Policy and RateLimit must not be sent as
+// trailers (draft sections 3.1 and 4.1).
+func (f *HeaderFormat) Headers(d *Decision, set func(name, value string)) {
+	f.headers(d, d.Tiers(), d.At, set)
+}
+
+// headers is Headers with the tiers passed apart from d, so that tests can
+// format tiers no policy would accept (names needing escapes).
+func (f *HeaderFormat) headers(d *Decision, tiers []TierState, now time.Time, set func(name, value string)) {
+	deciding := decidingTier(d, tiers)
+	retry := int64(-1) // Retry-After seconds, -1 when not sent
+	if !d.Allowed && d.Reason != ReasonCostExceedsLimit {
+		retry = retrySeconds(d.RetryAfter)
+	}
+	if deciding < 0 && retry < 0 {
+		return // no rule applied: nothing to say
+	}
+	// Every value is appended to one buffer, which becomes one string.
+	var (
+		arr  [320]byte
+		ends [numHeaders]int
+		has  [numHeaders]bool
+	)
+	buf := arr[:0]
+	mark := func(h int) { has[h], ends[h] = true, len(buf) }
+	if deciding >= 0 {
+		if f.on[hdrLimit] {
+			buf = strconv.AppendInt(buf, d.Limit, 10)
+			mark(hdrLimit)
+			buf = strconv.AppendInt(buf, d.Remaining, 10)
+			mark(hdrRemaining)
+			if f.reset == ResetDelta {
+				buf = strconv.AppendInt(buf, ceilSeconds(d.ResetAfter), 10)
+			} else {
+				buf = strconv.AppendInt(buf, ceilUnix(now.Add(d.ResetAfter)), 10)
+			}
+			mark(hdrReset)
+		}
+		if f.on[hdrPolicy] {
+			for i := range tiers {
+				if i > 0 {
+					buf = append(buf, ", "...) // RFC 9651 section 4.1.1
+				}
+				buf = appendPolicyItem(buf, &tiers[i])
+			}
+			mark(hdrPolicy)
+		}
+		if f.on[hdrRateLimit] {
+			if f.tiers == TiersAll {
+				for i := range tiers {
+					if i > 0 {
+						buf = append(buf, ", "...)
+					}
+					buf = appendServiceItem(buf, &tiers[i], retry)
+				}
+			} else {
+				buf = appendServiceItem(buf, &tiers[deciding], retry)
+			}
+			mark(hdrRateLimit)
+		}
+	}
+	if retry >= 0 && f.on[hdrRetryAfter] {
+		buf = strconv.AppendInt(buf, retry, 10)
+		mark(hdrRetryAfter)
+	}
+	s := string(buf)
+	start := 0
+	for h := range numHeaders {
+		if has[h] {
+			set(f.names[h], s[start:ends[h]])
+			start = ends[h]
+		}
+	}
+	if !d.Allowed && f.on[hdrCacheControl] {
+		set(f.names[hdrCacheControl], "no-store")
+	}
+}
+
+// decidingTier returns the index of d's deciding tier in tiers, or -1 when no
+// rule applied.
+func decidingTier(d *Decision, tiers []TierState) int {
+	if d.Limit == 0 {
+		return -1
+	}
+	for i := range tiers {
+		if tiers[i].Rule != nil && tiers[i].Rule.Name == d.Rule {
+			return i
+		}
+	}
+	return -1
+}
+
+// Status returns the HTTP status code of the response to a denied decision:
+// 503 for ReasonUnavailable (the store failed and the limiter fails closed),
+// 429 for any other denial, and 0 when d is allowed, meaning the request goes
+// on to its handler.
+func (f *HeaderFormat) Status(d *Decision) int {
+	switch {
+	case d.Allowed:
+		return 0
+	case d.Reason == ReasonUnavailable:
+		return statusServiceUnavailable
+	}
+	return statusTooManyRequests
+}
+
+// AppendProblem appends to dst the application/problem+json body (RFC 9457)
+// of the response to d, and returns the extended buffer. For a denial it is
+// the draft's quota-exceeded type with status 429, a detail naming the
+// deciding tier and the wait, and violated-policies listing every tier that
+// denied, in policy order (draft section 5.1). For ReasonUnavailable it is a
+// short about:blank body with status 503. For an allowed d it appends
+// nothing. It allocates only when dst lacks capacity; names are escaped as
+// JSON requires.
+func (f *HeaderFormat) AppendProblem(dst []byte, d *Decision) []byte {
+	return appendProblem(dst, d, d.Tiers())
+}
+
+func appendProblem(dst []byte, d *Decision, tiers []TierState) []byte {
+	switch {
+	case d.Allowed:
+		return dst
+	case d.Reason == ReasonUnavailable:
+		dst = append(dst, `{"type":"about:blank","title":"Service Unavailable","status":503,`+
+			`"detail":"Rate limiting is temporarily unavailable; retry after `...)
+		dst = appendSeconds(dst, retrySeconds(d.RetryAfter))
+		return append(dst, `."}`...)
+	}
+	dst = append(dst, `{"type":"`+ProblemTypeQuotaExceeded+`","title":"Quota Exceeded","status":429,"detail":`...)
+	dst = appendDetail(dst, d)
+	dst = append(dst, `,"violated-policies":[`...)
+	n := 0
+	for i := range tiers {
+		if tiers[i].Allowed || tiers[i].Rule == nil {
+			continue
+		}
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, tiers[i].Rule.Name)
+		n++
+	}
+	return append(dst, "]}"...)
+}
+
+// appendDetail appends the detail member's JSON string, for example
+// "Rule \"per-user\" (scope user) denied the request: 0 of 4 left; retry
+// after 1 second.".
+func appendDetail(dst []byte, d *Decision) []byte {
+	// The text between the quotes is ASCII without quotes or backslashes,
+	// except the names, which appendJSONText escapes.
+	dst = append(dst, `"Rule \"`...)
+	dst = appendJSONText(dst, d.Rule)
+	dst = append(dst, `\" (scope `...)
+	dst = appendJSONText(dst, string(d.Scope))
+	dst = append(dst, ") denied the request: "...)
+	if d.Reason == ReasonCostExceedsLimit {
+		dst = append(dst, "its cost is above the limit of "...)
+		dst = strconv.AppendInt(dst, d.Limit, 10)
+		return append(dst, ` and can never pass."`...)
+	}
+	dst = strconv.AppendInt(dst, d.Remaining, 10)
+	dst = append(dst, " of "...)
+	dst = strconv.AppendInt(dst, d.Limit, 10)
+	dst = append(dst, " left; retry after "...)
+	dst = appendSeconds(dst, retrySeconds(d.RetryAfter))
+	return append(dst, `."`...)
+}
+
+func appendSeconds(dst []byte, n int64) []byte {
+	dst = strconv.AppendInt(dst, n, 10)
+	if n == 1 {
+		return append(dst, " second"...)
+	}
+	return append(dst, " seconds"...)
+}
+
+// appendPolicyItem appends the tier's quota policy item: "name";q=B;w=W
+// (draft section 3.1).
+func appendPolicyItem(dst []byte, t *TierState) []byte {
+	dst = appendSFString(dst, t.Rule.Name)
+	dst = append(dst, ";q="...)
+	dst = strconv.AppendInt(dst, sfInt(t.Rule.Limit.Burst()), 10)
+	// w must be a positive integer (draft section 3.1.3); it is optional,
+	// so a limit without a window (never one a Policy holds) omits it.
+	if w := ceilSeconds(t.Rule.Limit.Window()); w > 0 {
+		dst = append(dst, ";w="...)
+		dst = strconv.AppendInt(dst, sfInt(w), 10)
+	}
+	return dst
+}
+
+// appendServiceItem appends the tier's service limit item: "name";r=R;t=T
+// (draft section 4.1). retry is the response's Retry-After in seconds, or -1.
+func appendServiceItem(dst []byte, t *TierState, retry int64) []byte {
+	dst = appendSFString(dst, t.Rule.Name)
+	dst = append(dst, ";r="...)
+	dst = strconv.AppendInt(dst, sfInt(t.Remaining), 10)
+	var secs int64
+	if t.Reason == ReasonLimited {
+		secs = retrySeconds(t.RetryAfter) // as Retry-After rounds it
+	} else {
+		secs = ceilSeconds(t.ResetAfter)
+	}
+	if retry >= 0 && secs > retry {
+		// Retry-After must not point before the end of the effective
+		// window (draft section 6).
+		secs = retry
+	}
+	dst = append(dst, ";t="...)
+	return strconv.AppendInt(dst, sfInt(secs), 10)
+}
+
+// sfMaxInt is the largest Structured Field Integer (RFC 9651 section 3.3.1).
+const sfMaxInt = 999_999_999_999_999
+
+// sfInt clamps n into [0, sfMaxInt]: the draft's q, w, r and t are
+// non-negative, and a quota is better understated than unserializable.
+func sfInt(n int64) int64 { return min(max(n, 0), sfMaxInt) }
+
+// appendSFString appends s as a Structured Field String (RFC 9651 section
+// 4.1.6): in double quotes, with `"` and `\` escaped by a backslash. A String
+// holds only printable ASCII; any other byte, which a validated rule name
+// never has, is written as '?' so that the field stays well formed.
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			dst = append(dst, '?')
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+// appendJSONString appends s as a JSON string (RFC 8259 section 7).
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendJSONText(dst, s)
+	return append(dst, '"')
+}
+
+// appendJSONText appends the inside of a JSON string holding s: quotes,
+// backslashes and control characters escaped, invalid UTF-8 replaced by
+// U+FFFD, and U+2028 and U+2029 escaped so that the body is also valid
+// JavaScript, as encoding/json does.
+func appendJSONText(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c == '\n':
+				dst = append(dst, `\n`...)
+			case c == '\r':
+				dst = append(dst, `\r`...)
+			case c == '\t':
+				dst = append(dst, `\t`...)
+			case c < 0x20:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028':
+			dst = append(dst, `\u2028`...)
+		case r == '\u2029':
+			dst = append(dst, `\u2029`...)
+		default:
+			dst = append(dst, s[i:i+size]...)
+		}
+		i += size
+	}
+	return dst
+}
+
+// ceilSeconds returns d in whole seconds rounded up, and 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// retrySeconds is Retry-After's value for a wait of d: whole seconds rounded
+// up, so that a client never retries before the tokens are there, and at
+// least 1, since "Retry-After: 0" invites an immediate retry (RFC 9110
+// section 10.2.3 allows only whole delay-seconds).
+func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
+
+// ceilUnix returns t as Unix seconds rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() != 0 {
+		s++
+	}
+	return s
+}
