@@ -26,7 +26,7 @@ var sink Decision
 // BenchmarkHotKeyAllow: one key, a limit high enough that every call is
 // allowed.
 func BenchmarkHotKeyAllow(b *testing.B) {
-	l := benchLimiter(b, Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1<<30)})
+	l := benchLimiter(b, Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})
 	ctx := context.Background()
 	req := Request{User: "alice"}
 	b.Run("serial", func(b *testing.B) {
@@ -84,7 +84,7 @@ func BenchmarkHotKeyDeny(b *testing.B) {
 // BenchmarkManyKeys: 100k keys, visited in turn by every goroutine.
 func BenchmarkManyKeys(b *testing.B) {
 	const n = 100_000
-	l := benchLimiter(b, Rule{Name: "per-ip", Scope: ScopeIP, Limit: TokenBucket(PerSecond(1), 1<<30)})
+	l := benchLimiter(b, Rule{Name: "per-ip", Scope: ScopeIP, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = "10.0." + strconv.Itoa(i>>8) + "." + strconv.Itoa(i&255)
@@ -112,9 +112,9 @@ func BenchmarkManyKeys(b *testing.B) {
 // BenchmarkThreeTier: per-user, per-endpoint and global on every call.
 func BenchmarkThreeTier(b *testing.B) {
 	l := benchLimiter(b,
-		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1<<30)},
-		Rule{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(1), 1<<30)},
-		Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(1), 1<<30)},
+		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)},
+		Rule{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(1<<20), 1<<30)},
+		Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(1<<20), 1<<30)},
 	)
 	ctx := context.Background()
 	req := Request{User: "alice", Endpoint: "GET /items/{id}"}
@@ -145,7 +145,10 @@ func BenchmarkThreeTier(b *testing.B) {
 // measured.
 func BenchmarkStoreHotKey(b *testing.B) {
 	s, _ := NewMemoryStore()
-	p, _ := NewPolicy(Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1<<30)})
+	p, err := NewPolicy(Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})
+	if err != nil {
+		b.Fatal(err)
+	}
 	lim := &p.rules[0].Limit
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -52,6 +52,12 @@
 // Limiter's FailureMode does (FailOpen by default, FailClosed, or
 // FailFallback to a private MemoryStore with the same rules), and a decision
 // made under failure has Degraded set and Err holding the store's error.
+// WithTimeout bounds each store call, a timeout counting as a failure; the
+// caller's own context ending is not a failure, and AllowN returns its error.
+// WithBreaker stops calling a store that keeps failing: after N failures in a
+// row the failure mode decides at once, with Err wrapping ErrBreakerOpen, for
+// a cooldown (the Retry-After when failing closed); then a single probe
+// decides whether to close it again. Limiter.BreakerState reports it.
 //
 // MemoryStore is the embedded default: sharded, lock-free lookups with a
 // lock per bucket, no allocation for existing keys, bounded, and reclaiming

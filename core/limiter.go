@@ -17,7 +17,8 @@ const (
 	// The default.
 	FailOpen FailureMode = iota
 	// FailClosed denies the request: AllowN returns an error wrapping
-	// ErrUnavailable and a decision with ReasonUnavailable.
+	// ErrUnavailable and a decision with ReasonUnavailable and a RetryAfter
+	// of 1s or, while the circuit breaker is open, the rest of its cooldown.
 	FailClosed
 	// FailFallback decides the request on an in-memory store with the same
 	// rules, private to the limiter, and reports the error in the decision.
@@ -52,6 +53,10 @@ type config struct {
 	store    Store
 	failure  FailureMode
 	observer Observer
+	timeout  time.Duration
+	breaker  bool
+	failures int
+	cooldown time.Duration
 }
 
 type optionFunc func(*config)
@@ -70,6 +75,28 @@ func WithFailureMode(m FailureMode) Option {
 // WithObserver sets a function called with every decision.
 func WithObserver(o Observer) Option { return optionFunc(func(c *config) { c.observer = o }) }
 
+// WithTimeout bounds every store call by d, on top of the caller's context.
+// A call that runs out of d is a store failure, which the failure mode
+// decides; the caller's own context ending is not. The default, 0, adds no
+// bound; d < 0 is rejected. The MemoryStore, which neither waits nor fails,
+// is never bounded.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// WithBreaker puts a circuit breaker in front of the store. After failures
+// consecutive store failures (timeouts included) it opens: for cooldown no
+// decision calls the store, and the failure mode decides at once with
+// Decision.Err wrapping ErrBreakerOpen and the last store error. Then one
+// decision probes the store while the others still fail fast: if it succeeds
+// the breaker closes, if it fails the breaker opens for another cooldown. Any
+// success resets the count. The breaker reads time.Now. The default is no
+// breaker; failures must be between 1 and 2^31-1 and cooldown above 0. It has
+// no effect on a MemoryStore, which does not fail.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return optionFunc(func(c *config) { c.breaker, c.failures, c.cooldown = true, failures, cooldown })
+}
+
 // Limiter decides requests against a policy, all tiers at once. It is safe
 // for concurrent use.
 type Limiter struct {
@@ -78,12 +105,15 @@ type Limiter struct {
 	fallback *MemoryStore
 	failure  FailureMode
 	observer Observer
-	memory   *MemoryStore // store, when it is one
-	takes    sync.Pool    // *Take, for stores other than memory
+	timeout  time.Duration // bound on each store call; 0: none
+	breaker  *breaker      // nil: none
+	memory   *MemoryStore  // store, when it is one
+	takes    sync.Pool     // *Take, for stores other than memory
 }
 
 // NewLimiter returns a limiter for policy. It fails with ErrInvalidOption
-// for a nil policy or an unknown failure mode.
+// for a nil policy, an unknown failure mode, a negative timeout or a breaker
+// that cannot work.
 func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	var cfg config
 	for _, o := range opts {
@@ -95,7 +125,19 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	if cfg.failure > FailFallback {
 		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOption, cfg.failure)
 	}
-	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observer}
+	if cfg.timeout < 0 {
+		return nil, fmt.Errorf("%w: WithTimeout: timeout must be >= 0, got %v", ErrInvalidOption, cfg.timeout)
+	}
+	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observer, timeout: cfg.timeout}
+	if cfg.breaker {
+		if cfg.failures < 1 || cfg.failures > maxBreakerFailures {
+			return nil, fmt.Errorf("%w: WithBreaker: failures must be between 1 and %d, got %d", ErrInvalidOption, maxBreakerFailures, cfg.failures)
+		}
+		if cfg.cooldown <= 0 {
+			return nil, fmt.Errorf("%w: WithBreaker: cooldown must be > 0, got %v", ErrInvalidOption, cfg.cooldown)
+		}
+		l.breaker = &breaker{threshold: uint64(cfg.failures), cooldown: cfg.cooldown}
+	}
 	if l.store == nil {
 		m, err := NewMemoryStore()
 		if err != nil {
@@ -114,6 +156,17 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	l.memory, _ = l.store.(*MemoryStore)
 	l.takes.New = func() any { return new(Take) }
 	return l, nil
+}
+
+// BreakerState reports the state of the circuit breaker: BreakerClosed when
+// there is none. An open breaker whose cooldown is over reads as
+// BreakerHalfOpen, since its next decision probes the store. The answer may
+// be stale by the time it is used; it is meant for metrics and health checks.
+func (l *Limiter) BreakerState() BreakerState {
+	if l.breaker == nil {
+		return BreakerClosed
+	}
+	return l.breaker.state()
 }
 
 // Policy returns the policy in force.
@@ -142,8 +195,10 @@ func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
 //
 // The error is non-nil for input no configuration can make valid (a cost
 // outside [0, MaxCost], an identity that is too long or holds control
-// characters), and, wrapping ErrUnavailable, when the store fails and the
-// limiter fails closed. Under FailOpen and FailFallback a store failure is
+// characters); wrapping ErrUnavailable (and ErrBreakerOpen if the breaker
+// was open) when the store fails and the limiter fails closed; and wrapping
+// ctx's error when ctx is canceled or expires during the store call, which is
+// not a store failure. Under FailOpen and FailFallback a store failure is
 // reported in Decision.Err, not as an error.
 func (l *Limiter) AllowN(ctx context.Context, req Request, n int64) (Decision, error) {
 	return l.decide(ctx, time.Time{}, &req, n)
@@ -242,18 +297,39 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		states = make([]BucketState, len(buckets))
 	}
 	states = states[:len(buckets)]
-	var err error
+	var (
+		err  error
+		open *trip // the breaker's, when it is open after this call or instead of it
+		fast bool  // the breaker kept the store from being called
+	)
 	if l.memory != nil {
 		// Everything take would check was checked above.
 		t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
-		l.memory.take(&t)
-		d.At = t.At
+		d.At = time.Unix(0, l.memory.take(&t))
 	} else {
-		d.At, err = l.takeFrom(ctx, l.store, now, n, buckets, states)
-	}
-	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		// The caller gave up; that is not the store failing.
-		return Decision{}, err
+		var probe bool
+		if l.breaker != nil {
+			open, probe = l.breaker.admit()
+		}
+		if open != nil {
+			err, fast = open.err, true
+		} else {
+			d.At, err = l.takeFrom(ctx, l.store, now, n, buckets, states)
+			if err != nil && gaveUp(ctx, err) {
+				// The caller gave up, which says nothing about the store.
+				if probe {
+					l.breaker.abandon()
+				}
+				return Decision{}, err
+			}
+			if l.breaker != nil {
+				if err == nil {
+					l.breaker.success(probe)
+				} else {
+					open = l.breaker.failure(err, probe)
+				}
+			}
+		}
 	}
 	if err != nil {
 		switch l.failure {
@@ -263,12 +339,21 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 			return d, nil
 		case FailClosed:
 			d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
+			var uerr error
+			if open != nil {
+				// An honest Retry-After: the store is not asked before then.
+				d.RetryAfter = open.retryAfter(l.breaker.now())
+			}
+			if fast {
+				uerr = open.unavailable
+			} else {
+				uerr = fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
 			l.observe(ctx, req, &d)
-			return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return d, uerr
 		case FailFallback:
 			t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
-			l.fallback.take(&t)
-			d.At, d.Degraded, d.Err = t.At, true, err
+			d.At, d.Degraded, d.Err = time.Unix(0, l.fallback.take(&t)), true, err
 		}
 	}
 	d.fill(states, rules)
@@ -288,7 +373,18 @@ func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int
 		pt.States = append(pt.States, BucketState{})
 	}
 	pt.At = time.Time{}
-	err := s.Take(ctx, pt)
+	var err error
+	if l.timeout > 0 {
+		tctx, cancel := context.WithTimeout(ctx, l.timeout)
+		err = s.Take(tctx, pt)
+		if err != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
+			// Our bound, not the caller's: a store failure, said as such.
+			err = fmt.Errorf("ratelimit: store call exceeded WithTimeout(%v): %w", l.timeout, err)
+		}
+		cancel()
+	} else {
+		err = s.Take(ctx, pt)
+	}
 	if err == nil {
 		copy(states, pt.States)
 	}
@@ -299,6 +395,12 @@ func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int
 	clear(pt.Buckets) // drop references to strings and limits
 	l.takes.Put(pt)
 	return at, err
+}
+
+// gaveUp reports whether err is the caller's ctx ending, checked on the
+// caller's ctx: a WithTimeout bound running out leaves it alive.
+func gaveUp(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {
@@ -341,7 +443,9 @@ type Decision struct {
 	At time.Time
 
 	// Degraded is true when the store failed and the failure mode decided;
-	// Err is the store's error.
+	// Err is the store's error or, when the circuit breaker was open and the
+	// store was not called, an error wrapping ErrBreakerOpen and the last
+	// store error.
 	Degraded bool
 	Err      error
 

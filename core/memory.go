@@ -161,8 +161,10 @@ func (s *MemoryStore) Take(ctx context.Context, t *Take) error {
 	return nil
 }
 
-// take is Take for a valid t.
-func (s *MemoryStore) take(t *Take) {
+// take is Take for a valid t. It returns t.At in Unix nanoseconds: the
+// Limiter reads that, not t.At, because a field read back from t makes the
+// compiler treat t's slices, and so the caller's stack arrays, as escaping.
+func (s *MemoryStore) take(t *Take) int64 {
 	var now int64
 	if t.Now.IsZero() {
 		now = s.now()
@@ -175,6 +177,7 @@ func (s *MemoryStore) take(t *Take) {
 		s.takeMany(t, now)
 	}
 	t.At = time.Unix(0, now)
+	return now
 }
 
 // lookup returns the entry for key, or nil. It takes no lock.

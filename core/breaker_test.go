@@ -1,0 +1,585 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var errDown = errors.New("store down")
+
+// flakyStore fails with errDown while fail is set and counts its calls. While
+// hold is set, a call waits for gate to close (or its ctx to end) before
+// answering. gate is set before the store is shared.
+type flakyStore struct {
+	fail  atomic.Bool
+	hold  atomic.Bool
+	gate  chan struct{}
+	calls atomic.Int64
+}
+
+func (s *flakyStore) Take(ctx context.Context, t *Take) error {
+	s.calls.Add(1)
+	if s.hold.Load() {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if s.fail.Load() {
+		return errDown
+	}
+	for i := range t.States {
+		t.States[i] = BucketState{Allowed: true, Remaining: 1}
+	}
+	return nil
+}
+
+// blockingStore answers only when ctx ends, with ctx's error, as a client
+// talking to a server that never replies.
+type blockingStore struct{ calls atomic.Int64 }
+
+func (s *blockingStore) Take(ctx context.Context, _ *Take) error {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+var breakerRule = Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 2)}
+
+// TestBreakerTimeline runs timelines against a breaker that fails closed, so
+// that every decision shows its RetryAfter. Each step lets fake time pass,
+// makes one decision and checks whether the store was called, the state
+// afterwards and the RetryAfter.
+func TestBreakerTimeline(t *testing.T) {
+	const cooldown = 10 * time.Second
+	type step struct {
+		after  time.Duration // fake time to let pass first
+		fail   bool          // the store fails, if called
+		called bool          // want the store called
+		state  BreakerState  // want after the decision
+		retry  time.Duration // want Decision.RetryAfter
+	}
+	var (
+		// pass: the store is called and answers.
+		pass = func(after time.Duration, state BreakerState) step {
+			return step{after: after, called: true, state: state}
+		}
+		// fail: the store is called and fails.
+		fail = func(after time.Duration, state BreakerState, retry time.Duration) step {
+			return step{after: after, fail: true, called: true, state: state, retry: retry}
+		}
+		// skip: the breaker keeps the store from being called.
+		skip = func(after time.Duration, retry time.Duration) step {
+			return step{after: after, state: BreakerOpen, retry: retry}
+		}
+	)
+	for _, tc := range []struct {
+		name     string
+		failures int
+		steps    []step
+	}{
+		{"opens after 3 consecutive failures", 3, []step{
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerOpen, cooldown),
+			skip(0, cooldown),
+			skip(4*time.Second, 6*time.Second),
+			skip(6*time.Second-time.Nanosecond, time.Nanosecond),
+		}},
+		{"one failure opens with failures 1", 1, []step{
+			fail(0, BreakerOpen, cooldown),
+			skip(time.Second, cooldown-time.Second),
+		}},
+		{"a success resets the count", 3, []step{
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerClosed, time.Second),
+			pass(0, BreakerClosed),
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerOpen, cooldown),
+		}},
+		{"probe success closes and restarts the count", 3, []step{
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerOpen, cooldown),
+			pass(cooldown, BreakerClosed),
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerOpen, cooldown),
+		}},
+		{"probe failure reopens for another cooldown", 3, []step{
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerClosed, time.Second),
+			fail(0, BreakerOpen, cooldown),
+			fail(cooldown, BreakerOpen, cooldown),
+			skip(9*time.Second, time.Second),
+			pass(time.Second, BreakerClosed),
+			pass(0, BreakerClosed),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &flakyStore{}
+				l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailClosed), WithBreaker(tc.failures, cooldown)}, breakerRule)
+				start := time.Now()
+				for i, st := range tc.steps {
+					time.Sleep(st.after)
+					at := time.Since(start)
+					s.fail.Store(st.fail)
+					before := s.calls.Load()
+					d, err := l.Allow(context.Background(), Request{User: "u"})
+					if called := s.calls.Load() != before; called != st.called {
+						t.Errorf("step %d (t0+%v): store called = %v, want %v", i, at, called, st.called)
+					}
+					if got := l.BreakerState(); got != st.state {
+						t.Errorf("step %d (t0+%v): BreakerState() = %v, want %v", i, at, got, st.state)
+					}
+					if d.RetryAfter != st.retry {
+						t.Errorf("step %d (t0+%v): RetryAfter = %v, want %v", i, at, d.RetryAfter, st.retry)
+					}
+					switch {
+					case st.called && !st.fail:
+						if err != nil || !d.Allowed || d.Degraded {
+							t.Errorf("step %d (t0+%v): Allow = %+v, %v; want allowed, not degraded", i, at, d, err)
+						}
+					case st.called:
+						if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errDown) || errors.Is(err, ErrBreakerOpen) || !errors.Is(d.Err, errDown) {
+							t.Errorf("step %d (t0+%v): err = %v, Decision.Err = %v; want the store's error, not the breaker's", i, at, err, d.Err)
+						}
+					default:
+						if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBreakerOpen) || !errors.Is(err, errDown) {
+							t.Errorf("step %d (t0+%v): err = %v, want ErrUnavailable, ErrBreakerOpen and the store's error", i, at, err)
+						}
+						if !d.Degraded || !errors.Is(d.Err, ErrBreakerOpen) || !errors.Is(d.Err, errDown) {
+							t.Errorf("step %d (t0+%v): Decision = %+v, want degraded with ErrBreakerOpen and the store's error", i, at, d)
+						}
+					}
+					if d.Allowed != (st.called && !st.fail) || (!d.Allowed && d.Reason != ReasonUnavailable) {
+						t.Errorf("step %d (t0+%v): Allowed = %v, Reason = %v", i, at, d.Allowed, d.Reason)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestBreakerSingleProbe: when the cooldown ends, 50 goroutines decide at
+// once; the store sees exactly one call, held open on a channel, while the
+// other 49 fail fast. The probe's answer then closes or reopens the breaker.
+func TestBreakerSingleProbe(t *testing.T) {
+	const (
+		cooldown = 5 * time.Second
+		callers  = 50
+	)
+	for _, tc := range []struct {
+		name      string
+		probeFail bool
+		state     BreakerState // after the probe
+	}{
+		{"probe success closes", false, BreakerClosed},
+		{"probe failure reopens", true, BreakerOpen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &flakyStore{gate: make(chan struct{})}
+				release := sync.OnceFunc(func() { close(s.gate) })
+				defer release() // so that a failing test does not strand the callers
+				l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailClosed), WithBreaker(2, cooldown)}, breakerRule)
+				ctx := context.Background()
+				req := Request{User: "u"}
+				s.fail.Store(true)
+				l.Allow(ctx, req)
+				l.Allow(ctx, req)
+				if got := l.BreakerState(); got != BreakerOpen {
+					t.Fatalf("after 2 failures: BreakerState() = %v, want open", got)
+				}
+				time.Sleep(cooldown)
+				if got := l.BreakerState(); got != BreakerHalfOpen {
+					t.Fatalf("after the cooldown: BreakerState() = %v, want half_open", got)
+				}
+
+				s.fail.Store(tc.probeFail)
+				s.hold.Store(true)
+				var (
+					wg      sync.WaitGroup
+					fast    atomic.Int64 // decided without the store
+					probes  atomic.Int64
+					probe   Decision
+					probeEr error
+				)
+				for range callers {
+					wg.Go(func() {
+						d, err := l.Allow(ctx, req)
+						if errors.Is(d.Err, ErrBreakerOpen) {
+							if !errors.Is(err, ErrUnavailable) || d.RetryAfter != time.Nanosecond {
+								t.Errorf("fast decision: %+v, %v; want ErrUnavailable and RetryAfter 1ns", d, err)
+							}
+							fast.Add(1)
+							return
+						}
+						probes.Add(1)
+						probe, probeEr = d, err
+					})
+				}
+				synctest.Wait() // the probe is blocked on the gate; everyone else is done
+				if got := s.calls.Load(); got != 3 {
+					t.Fatalf("while the probe is in flight: store calls = %d, want 3 (2 failures + 1 probe)", got)
+				}
+				if got := fast.Load(); got != callers-1 {
+					t.Fatalf("while the probe is in flight: %d fast decisions, want %d", got, callers-1)
+				}
+				if got := l.BreakerState(); got != BreakerHalfOpen {
+					t.Fatalf("while the probe is in flight: BreakerState() = %v, want half_open", got)
+				}
+				release()
+				wg.Wait()
+
+				if probes.Load() != 1 || s.calls.Load() != 3 {
+					t.Fatalf("probes = %d, store calls = %d; want 1 and 3", probes.Load(), s.calls.Load())
+				}
+				if got := l.BreakerState(); got != tc.state {
+					t.Fatalf("after the probe: BreakerState() = %v, want %v", got, tc.state)
+				}
+				if tc.probeFail {
+					if !errors.Is(probeEr, ErrUnavailable) || !errors.Is(probeEr, errDown) || probe.RetryAfter != cooldown {
+						t.Fatalf("failed probe: %+v, %v; want ErrUnavailable with the store's error, RetryAfter %v", probe, probeEr, cooldown)
+					}
+				} else if probeEr != nil || !probe.Allowed {
+					t.Fatalf("probe: %+v, %v; want allowed", probe, probeEr)
+				}
+				l.Allow(ctx, req)
+				want := int64(3)
+				if !tc.probeFail {
+					want = 4
+				}
+				if got := s.calls.Load(); got != want {
+					t.Fatalf("next decision: store calls = %d, want %d", got, want)
+				}
+			})
+		})
+	}
+}
+
+// TestBreakerProbeCanceled: a probe whose caller gives up counts neither way
+// and hands the probe to the next decision instead of wedging half-open.
+func TestBreakerProbeCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const cooldown = time.Second
+		s := &flakyStore{gate: make(chan struct{})}
+		l := newTestLimiter(t, []Option{WithStore(s), WithBreaker(1, cooldown)}, breakerRule)
+		req := Request{User: "u"}
+		s.fail.Store(true)
+		l.Allow(context.Background(), req)
+		time.Sleep(cooldown)
+
+		s.fail.Store(false)
+		s.hold.Store(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Second, cancel)
+		if _, err := l.Allow(ctx, req); !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled probe: err = %v, want context.Canceled", err)
+		}
+		if got := l.BreakerState(); got != BreakerHalfOpen {
+			t.Fatalf("after a canceled probe: BreakerState() = %v, want half_open", got)
+		}
+		s.hold.Store(false)
+		d, err := l.Allow(context.Background(), req)
+		if err != nil || d.Degraded || s.calls.Load() != 3 {
+			t.Fatalf("next decision: %+v, %v, store calls %d; want a probe that succeeds, 3 calls", d, err, s.calls.Load())
+		}
+		if got := l.BreakerState(); got != BreakerClosed {
+			t.Fatalf("after the probe: BreakerState() = %v, want closed", got)
+		}
+	})
+}
+
+// TestBreakerOpenFailureModes: with the breaker open, each failure mode
+// decides without the store; FailFallback still limits, to the burst of 2.
+func TestBreakerOpenFailureModes(t *testing.T) {
+	const cooldown = time.Minute
+	for _, tc := range []struct {
+		mode    FailureMode
+		allowed int // of 6 decisions, the first of which opens the breaker
+		err     error
+	}{
+		{FailOpen, 6, nil},
+		{FailClosed, 0, ErrUnavailable},
+		{FailFallback, 2, nil},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &flakyStore{}
+				s.fail.Store(true)
+				l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(tc.mode), WithBreaker(1, cooldown)}, breakerRule)
+				allowed := 0
+				for i := range 6 {
+					d, err := l.AllowAt(context.Background(), t0, Request{User: "u"}, 1)
+					if !errors.Is(err, tc.err) || (tc.err == nil && err != nil) {
+						t.Fatalf("decision %d: err = %v, want %v", i, err, tc.err)
+					}
+					if !d.Degraded || !errors.Is(d.Err, errDown) {
+						t.Fatalf("decision %d: %+v, want degraded with the store's error", i, d)
+					}
+					if i > 0 && !errors.Is(d.Err, ErrBreakerOpen) {
+						t.Fatalf("decision %d: Err = %v, want ErrBreakerOpen", i, d.Err)
+					}
+					if i > 0 && tc.mode == FailClosed && (!errors.Is(err, ErrBreakerOpen) || d.RetryAfter != cooldown) {
+						t.Fatalf("decision %d: %+v, %v; want ErrBreakerOpen and RetryAfter %v", i, d, err, cooldown)
+					}
+					if d.Allowed {
+						allowed++
+					}
+				}
+				if allowed != tc.allowed || s.calls.Load() != 1 {
+					t.Fatalf("allowed %d, store calls %d; want %d and 1", allowed, s.calls.Load(), tc.allowed)
+				}
+			})
+		})
+	}
+}
+
+// TestTimeout: a store that never answers is cut off by WithTimeout and
+// counted as a failure, while the caller's own context ending is returned as
+// its error and leaves the breaker alone. Fake time shows how long each
+// decision took.
+func TestTimeout(t *testing.T) {
+	const bound = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration                                // WithTimeout
+		caller  func() (context.Context, context.CancelFunc) // the caller's ctx
+		took    time.Duration
+		err     error // from Allow; nil: a degraded decision wrapping DeadlineExceeded
+		state   BreakerState
+	}{
+		{"bound expires: a store failure", bound, func() (context.Context, context.CancelFunc) {
+			return context.WithCancel(context.Background())
+		}, bound, nil, BreakerOpen},
+		{"caller deadline after the bound: a store failure", bound, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Second)
+		}, bound, nil, BreakerOpen},
+		{"caller cancels first: its error", bound, func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(bound/2, cancel)
+			return ctx, cancel
+		}, bound / 2, context.Canceled, BreakerClosed},
+		{"caller deadline first: its error", bound, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), bound/2)
+		}, bound / 2, context.DeadlineExceeded, BreakerClosed},
+		{"no bound: the caller's deadline", 0, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Hour)
+		}, time.Hour, context.DeadlineExceeded, BreakerClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &blockingStore{}
+				l := newTestLimiter(t, []Option{WithStore(s), WithTimeout(tc.timeout), WithBreaker(1, time.Minute)}, breakerRule)
+				ctx, cancel := tc.caller()
+				defer cancel()
+				start := time.Now()
+				d, err := l.Allow(ctx, Request{User: "u"})
+				if took := time.Since(start); took != tc.took {
+					t.Errorf("Allow took %v, want %v", took, tc.took)
+				}
+				if tc.err != nil {
+					if !errors.Is(err, tc.err) || d.Degraded {
+						t.Errorf("Allow = %+v, %v; want error %v and no decision", d, err, tc.err)
+					}
+				} else if err != nil || !d.Degraded || !d.Allowed || !errors.Is(d.Err, context.DeadlineExceeded) || !strings.Contains(d.Err.Error(), "WithTimeout") {
+					t.Errorf("Allow = %+v, %v; want allowed (fail open), degraded by the WithTimeout bound", d, err)
+				}
+				if got := l.BreakerState(); got != tc.state {
+					t.Errorf("BreakerState() = %v, want %v", got, tc.state)
+				}
+				if s.calls.Load() != 1 {
+					t.Errorf("store calls = %d, want 1", s.calls.Load())
+				}
+			})
+		})
+	}
+}
+
+// TestBreakerConcurrentMix: many goroutines, a store failing one call in
+// three, a short cooldown; the race detector watches, and the breaker must
+// still close once the store is healthy.
+func TestBreakerConcurrentMix(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const cooldown = time.Millisecond
+		var n atomic.Int64
+		s := &flakyStore{}
+		l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailFallback), WithBreaker(2, cooldown)},
+			Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1e6), 1<<20)})
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 200 {
+					s.fail.Store(n.Add(1)%3 == 0)
+					if _, err := l.Allow(context.Background(), Request{User: "u"}); err != nil {
+						t.Error(err)
+						return
+					}
+					_ = l.BreakerState()
+					time.Sleep(cooldown / 4)
+				}
+			})
+		}
+		wg.Wait()
+		s.fail.Store(false)
+		time.Sleep(cooldown)
+		if d, err := l.Allow(context.Background(), Request{User: "u"}); err != nil || d.Degraded {
+			t.Fatalf("healthy store after the cooldown: %+v, %v", d, err)
+		}
+		if got := l.BreakerState(); got != BreakerClosed {
+			t.Fatalf("BreakerState() = %v, want closed", got)
+		}
+	})
+}
+
+func TestBreakerOptionsRejected(t *testing.T) {
+	p, _ := NewPolicy(breakerRule)
+	for _, tc := range []struct {
+		name string
+		opt  Option
+		want string // in the message; "" if accepted
+	}{
+		{"negative timeout", WithTimeout(-time.Nanosecond), "WithTimeout: timeout must be >= 0, got -1ns"},
+		{"zero failures", WithBreaker(0, time.Second), "WithBreaker: failures must be between 1 and 2147483647, got 0"},
+		{"negative failures", WithBreaker(-3, time.Second), "WithBreaker: failures must be between 1 and 2147483647, got -3"},
+		{"failures beyond int32", WithBreaker(1<<31, time.Second), "WithBreaker: failures must be between"},
+		{"zero cooldown", WithBreaker(1, 0), "WithBreaker: cooldown must be > 0, got 0s"},
+		{"negative cooldown", WithBreaker(1, -time.Second), "WithBreaker: cooldown must be > 0, got -1s"},
+		{"zero timeout", WithTimeout(0), ""},
+		{"smallest breaker", WithBreaker(1, time.Nanosecond), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLimiter(p, WithStore(failingStore{errDown}), tc.opt)
+			if tc.want == "" {
+				if err != nil || l == nil {
+					t.Fatalf("NewLimiter = %v, %v; want accepted", l, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewLimiter = %v; want ErrInvalidOption with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBreakerStateString(t *testing.T) {
+	for _, tc := range []struct {
+		s    BreakerState
+		want string
+	}{
+		{BreakerClosed, "closed"},
+		{BreakerOpen, "open"},
+		{BreakerHalfOpen, "half_open"},
+		{BreakerState(7), "BreakerState(7)"},
+	} {
+		if got := tc.s.String(); got != tc.want {
+			t.Errorf("BreakerState(%d).String() = %q, want %q", uint8(tc.s), got, tc.want)
+		}
+	}
+	// Without a breaker, a failing store leaves the limiter closed.
+	l := newTestLimiter(t, []Option{WithStore(failingStore{errDown})}, breakerRule)
+	for range 10 {
+		l.Allow(context.Background(), Request{User: "u"})
+	}
+	if got := l.BreakerState(); got != BreakerClosed {
+		t.Fatalf("no breaker: BreakerState() = %v, want closed", got)
+	}
+}
+
+// okStore allows everything: the cost of the store path without a store.
+type okStore struct{}
+
+func (okStore) Take(_ context.Context, t *Take) error {
+	for i := range t.States {
+		t.States[i] = BucketState{Allowed: true, Remaining: 1}
+	}
+	return nil
+}
+
+// BenchmarkStorePath: AllowN through a store other than memory, without and
+// with a breaker (closed, and open so that the store is skipped). The breaker
+// must add no allocation. With a timeout, the context.WithTimeout it needs is
+// measured for comparison.
+func BenchmarkStorePath(b *testing.B) {
+	p, err := NewPolicy(breakerRule)
+	if err != nil {
+		b.Fatal(err)
+	}
+	failing := &flakyStore{}
+	failing.fail.Store(true)
+	for _, bc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"plain", []Option{WithStore(okStore{})}},
+		{"breaker", []Option{WithStore(okStore{}), WithBreaker(5, time.Second)}},
+		{"breaker_open", []Option{WithStore(failing), WithBreaker(1, time.Hour)}},
+		{"timeout", []Option{WithStore(okStore{}), WithTimeout(time.Second)}},
+	} {
+		l, err := NewLimiter(p, bc.opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		req := Request{User: "alice"}
+		l.AllowN(ctx, req, 0) // opens breaker_open
+		b.Run(bc.name+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if d, _ := l.AllowN(ctx, req, 1); !d.Allowed {
+					b.Fatal("denied")
+				}
+			}
+		})
+		b.Run(bc.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, _ := l.AllowN(ctx, req, 1); !d.Allowed {
+						b.Error("denied")
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestDecideAllocs guards the paths that must not allocate: the memory store,
+// allowing and denying, and a decision the open breaker makes without the
+// store. (The pooled path through other stores is measured by
+// BenchmarkStorePath: the race detector drops pooled items at random.)
+func TestDecideAllocs(t *testing.T) {
+	ctx := context.Background()
+	req := Request{User: "alice", Endpoint: "GET /x"}
+	open := newTestLimiter(t, []Option{WithStore(failingStore{errDown}), WithBreaker(1, time.Hour)}, breakerRule)
+	open.Allow(ctx, req)
+	for _, tc := range []struct {
+		name string
+		l    *Limiter
+	}{
+		{"memory allows", newTestLimiter(t, nil, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})},
+		{"memory denies", newTestLimiter(t, nil, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerDay(1), 1)})},
+		{"memory three tiers", newTestLimiter(t, nil,
+			Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)},
+			Rule{Name: "e", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(1<<20), 1<<30)},
+			Rule{Name: "g", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})},
+		{"breaker open", open},
+	} {
+		tc.l.Allow(ctx, req) // create the buckets
+		if got := testing.AllocsPerRun(100, func() { tc.l.Allow(ctx, req) }); got != 0 {
+			t.Errorf("%s: Allow makes %v allocations, want 0", tc.name, got)
+		}
+	}
+}
