@@ -27,6 +27,17 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./core/
 
-## deps: what the tests need beyond Go
+## deps: what the tests need beyond Go (redis-server, installed with apt-get when root)
 deps:
 	@$(GO) version >/dev/null
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			echo "installing redis-server with apt-get"; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get update -qq && apt-get install -y -qq redis-server >/dev/null || exit 1; \
+		else \
+			echo "redis-server not found: install the redis-server package (apt-get install redis-server on Debian/Ubuntu, brew install redis on macOS)" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@redis-server --version >/dev/null

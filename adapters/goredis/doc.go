@@ -1,0 +1,66 @@
+// Package goredis is a core.Store on Redis through go-redis v9: standalone,
+// Sentinel (failover clients) and Cluster. Several instances of a service
+// share their limits through it, exactly.
+//
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store, err := goredis.New(client)
+//	...
+//	limiter, err := core.NewLimiter(policy, core.WithStore(store))
+//
+// # One script, one round trip
+//
+// Every decision runs one Lua script (internal/redisscript) that reads,
+// decides and writes all the buckets of a request in one call, all or
+// nothing, exactly as core's in-memory math does: the same integer
+// nanoseconds, the same decisions, the same Remaining, ResetAfter and
+// RetryAfter. The script is sent by SHA and sent in full when Redis answers
+// NOSCRIPT (after a restart, SCRIPT FLUSH or failover), in pipelines too. A
+// denied request writes nothing. A bucket's key expires when the bucket is
+// full again, rounded up to the millisecond Redis can express.
+//
+// Time is the Redis server's TIME, one clock for every instance; no client
+// clock skew enters a decision. WithClientClock passes a client clock
+// instead, which tests use.
+//
+// # Batching
+//
+// Requests for one hash slot that arrive while a script call is in flight
+// are sent together in the next call and decided in arrival order, each
+// caller getting its own decision. Nothing waits on a timer: an idle store
+// sends at once, so at low load a decision costs one round trip, and under
+// load one round trip carries every request that queued during the
+// previous one. WithoutBatching turns this off.
+//
+// # Redis Cluster
+//
+// Keys are grouped by hash slot: one script call per slot, all of them in
+// one pipelined round trip. When one slot's buckets deny a request while
+// another slot's buckets took its cost, a second round trip gives those
+// tokens back. In between, the tokens are held: the store may under-admit
+// for the length of a round trip; it never over-admits. A prefix with a hash
+// tag ("{ratelimit}") keeps every bucket in one slot and every check in one
+// call, at the price of one hot slot.
+//
+// Identities in keys are escaped so that user text cannot pick a Cluster
+// slot ({ and }) nor forge another key; identities longer than 128 bytes are
+// hashed, and WithHashedIdentities hashes them all with a secret so that raw
+// user ids and addresses never reach Redis.
+//
+// # Local denials
+//
+// With WithLocalDenials, a repeat of a denied request (the same buckets, the
+// same rules, the same cost) is denied without a round trip for as long as
+// the denial provably holds: the request was sent at local time s, so Redis
+// decided at some d >= s, when every denying bucket needed at least
+// RetryAfter to refill enough. Other requests only take tokens, so no
+// denying bucket can admit the cost before d + RetryAfter >= s + RetryAfter.
+// Measuring from s, the earliest instant Redis could have decided, makes
+// latency and clock skew only shorten a local denial. The Retry-After
+// reported for a local denial counts down from when the reply arrived, so it
+// is never earlier than the real refill. Only a give-back adds tokens early
+// (a Cluster refund by any instance): a local denial can then outlast the
+// real one, which under-admits and never over-admits. A rule change (a new
+// policy) drops local denials; allowed requests always go to Redis.
+//
+// Stats counts remote and local decisions, script reloads and refunds.
+package goredis

@@ -1,0 +1,347 @@
+// Package redisscript is what the Redis stores share: the script that
+// decides a request against several buckets in one call, how bucket keys are
+// named, how arguments are encoded and replies decoded, and how buckets are
+// grouped by Redis Cluster hash slot. It imports no Redis client, so each
+// store brings only its own.
+package redisscript
+
+import (
+	"crypto/hmac"
+	"crypto/sha1"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bucketry/ratelimit/core"
+)
+
+//go:embed take.lua
+var source string
+
+// Source is the Lua text of the script.
+func Source() string { return source }
+
+var sha = func() string {
+	sum := sha1.Sum([]byte(source))
+	return hex.EncodeToString(sum[:])
+}()
+
+// SHA returns the script's SHA-1, as EVALSHA takes it.
+func SHA() string { return sha }
+
+// Modes of the script.
+const (
+	ModeTake   = "t"
+	ModeRefund = "r"
+)
+
+// FieldsPerBucket is the number of integers the script returns per bucket.
+const FieldsPerBucket = 6
+
+// ErrReply is wrapped by every error about a malformed reply.
+var ErrReply = errors.New("ratelimit: malformed reply from redis")
+
+// Keys names bucket keys: prefix ":" rule ":" identity. The identity is
+// escaped so that user text cannot hold a Cluster hash tag ({ and }) nor
+// forge another key; identities longer than MaxRawIdentity bytes, or all
+// identities when a secret is set, are replaced by a keyed hash.
+type Keys struct {
+	prefix string
+	secret []byte // nil: only long identities are hashed, with plain SHA-256
+	hashed bool   // hash every identity
+}
+
+// MaxRawIdentity is the longest identity kept readable in a key.
+const MaxRawIdentity = 128
+
+// NewKeys returns a key namer. prefix must be non-empty. With hashAll, every
+// identity is replaced by HMAC-SHA-256(secret, identity), so raw user ids and
+// addresses never reach Redis; secret must then be at least 16 bytes (a plain
+// hash of an IPv4 address is reversed by trying all 2^32).
+func NewKeys(prefix string, hashAll bool, secret []byte) (*Keys, error) {
+	if prefix == "" {
+		return nil, fmt.Errorf("%w: key prefix must not be empty", core.ErrInvalidOption)
+	}
+	if err := core.CheckKey(prefix); err != nil {
+		return nil, fmt.Errorf("%w: key prefix: %w", core.ErrInvalidOption, err)
+	}
+	if hashAll && len(secret) < 16 {
+		return nil, fmt.Errorf("%w: hashing identities needs a secret of at least 16 bytes, got %d", core.ErrInvalidOption, len(secret))
+	}
+	return &Keys{prefix: prefix, secret: secret, hashed: hashAll}, nil
+}
+
+// Prefix returns the key prefix.
+func (k *Keys) Prefix() string { return k.prefix }
+
+// Append appends the key of bucket (rule, id) to dst.
+func (k *Keys) Append(dst []byte, rule, id string) []byte {
+	dst = append(dst, k.prefix...)
+	dst = append(dst, ':')
+	dst = append(dst, rule...)
+	dst = append(dst, ':')
+	if k.hashed || len(id) > MaxRawIdentity {
+		// '#' is escaped in raw identities, so a hashed one cannot collide
+		// with one.
+		var sum []byte
+		if k.secret != nil {
+			m := hmac.New(sha256.New, k.secret)
+			m.Write([]byte(id))
+			sum = m.Sum(nil)
+		} else {
+			s := sha256.Sum256([]byte(id))
+			sum = s[:]
+		}
+		dst = append(dst, '#')
+		return hex.AppendEncode(dst, sum)
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; c {
+		case '%', '{', '}', '#':
+			dst = append(dst, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+// Key returns the key of bucket (rule, id).
+func (k *Keys) Key(rule, id string) string {
+	var arr [160]byte
+	return string(k.Append(arr[:0], rule, id))
+}
+
+// limitArgs caches the five script arguments of each limit, boxed: limits
+// are immutable and few, and formatting or boxing them on every call would
+// allocate.
+var limitArgs sync.Map // *core.Limit -> *[5]any
+
+// LimitArgs returns the five script arguments describing l, as strings in
+// interfaces.
+func LimitArgs(l *core.Limit) *[5]any {
+	if v, ok := limitArgs.Load(l); ok {
+		return v.(*[5]any)
+	}
+	var a [5]any
+	switch l.Algorithm() {
+	case core.AlgTokenBucket, core.AlgShaping:
+		a = [5]any{
+			strconv.Itoa(algCode(l.Algorithm())),
+			strconv.FormatInt(int64(l.Interval()), 10),
+			strconv.FormatInt(int64(l.Window()), 10),
+			strconv.FormatInt(l.Burst(), 10),
+			strconv.FormatInt(int64(l.MaxWait()), 10),
+		}
+	default:
+		a = [5]any{
+			strconv.Itoa(algCode(l.Algorithm())),
+			strconv.FormatInt(int64(l.Window()), 10),
+			strconv.FormatInt(l.Burst(), 10),
+			"0", "0",
+		}
+	}
+	v, _ := limitArgs.LoadOrStore(l, &a)
+	return v.(*[5]any)
+}
+
+func algCode(a core.Algorithm) int {
+	switch a {
+	case core.AlgTokenBucket:
+		return 1
+	case core.AlgShaping:
+		return 2
+	case core.AlgFixedWindow:
+		return 3
+	case core.AlgSlidingWindow:
+		return 4
+	case core.AlgSlidingLog:
+		return 5
+	}
+	return 0
+}
+
+// small holds the decimal strings of 0..1023 in interfaces, so that costs,
+// counts and key indices cost no allocation.
+var small = func() (a [1024]any) {
+	for i := range a {
+		a[i] = strconv.Itoa(i)
+	}
+	return a
+}()
+
+func boxInt(n int64) any {
+	if n >= 0 && n < int64(len(small)) {
+		return small[n]
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// NowArg returns the script's time argument: "" for the server's clock,
+// else t in Unix ns.
+func NowArg(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixNano(), 10)
+}
+
+// Call is one request within a script call.
+type Call struct {
+	Cost    int64
+	Buckets []core.Bucket
+	Keys    []string           // the buckets' keys, in the same order
+	States  []core.BucketState // out: States[i] answers Buckets[i]
+}
+
+// Builder encodes one script call carrying several requests, decided in
+// the order they were added. Keys shared by requests are sent once. The zero
+// value is ready for Reset; a Builder is not safe for concurrent use.
+type Builder struct {
+	Keys  []string // KEYS
+	Args  []any    // ARGV, strings in interfaces
+	calls int
+	index map[string]int
+}
+
+// Reset starts a new call at time now (NowArg) in mode (ModeTake or
+// ModeRefund).
+func (b *Builder) Reset(now, mode string) {
+	clear(b.Keys)
+	clear(b.Args)
+	b.Keys, b.Args = b.Keys[:0], append(b.Args[:0], now, mode, small[0])
+	b.calls = 0
+	clear(b.index)
+}
+
+// Add appends one request.
+func (b *Builder) Add(c *Call) {
+	b.calls++
+	b.Args[2] = boxInt(int64(b.calls))
+	b.Args = append(b.Args, boxInt(c.Cost), boxInt(int64(len(c.Buckets))))
+	for i := range c.Buckets {
+		b.Args = append(b.Args, boxInt(int64(b.keyIndex(c.Keys[i]))))
+		a := LimitArgs(c.Buckets[i].Limit)
+		b.Args = append(b.Args, a[0], a[1], a[2], a[3], a[4])
+	}
+}
+
+// keyIndex returns the 1-based index of key in KEYS, adding it if new.
+func (b *Builder) keyIndex(key string) int {
+	if len(b.Keys) < 8 {
+		for i, k := range b.Keys {
+			if k == key {
+				return i + 1
+			}
+		}
+		b.Keys = append(b.Keys, key)
+		return len(b.Keys)
+	}
+	if b.index == nil {
+		b.index = make(map[string]int)
+	}
+	if len(b.index) == 0 {
+		for i, k := range b.Keys {
+			b.index[k] = i + 1
+		}
+	}
+	if i, ok := b.index[key]; ok {
+		return i
+	}
+	b.Keys = append(b.Keys, key)
+	b.index[key] = len(b.Keys)
+	return len(b.Keys)
+}
+
+// Decode decodes the reply to a call built from calls, in the same order,
+// into their States, and returns the time the script used. vals holds the
+// reply's integers. Every value is checked: a reply that is not what the
+// script returns means something is wrong between here and Redis.
+func Decode(vals []int64, calls []*Call) (time.Time, error) {
+	n := 0
+	for _, c := range calls {
+		n += len(c.States)
+	}
+	if len(vals) != n*FieldsPerBucket+2 {
+		return time.Time{}, fmt.Errorf("%w: %d integers for %d buckets", ErrReply, len(vals), n)
+	}
+	k := 0
+	for _, c := range calls {
+		for i := range c.States {
+			v := vals[k : k+FieldsPerBucket]
+			k += FieldsPerBucket
+			if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[1] > int64(core.ReasonCostExceedsLimit) ||
+				v[2] < 0 || v[3] < 0 || v[4] < 0 || v[5] < 0 || (v[0] == 1) != (v[1] == 0) {
+				return time.Time{}, fmt.Errorf("%w: bucket %d: %v", ErrReply, i, v)
+			}
+			c.States[i] = core.BucketState{
+				Allowed:    v[0] == 1,
+				Reason:     core.Reason(v[1]),
+				Remaining:  v[2],
+				ResetAfter: time.Duration(v[3]),
+				RetryAfter: time.Duration(v[4]),
+				Delay:      time.Duration(v[5]),
+			}
+		}
+	}
+	sec, ns := vals[len(vals)-2], vals[len(vals)-1]
+	if sec < 0 || ns < 0 || ns >= 1e9 {
+		return time.Time{}, fmt.Errorf("%w: time %d.%09d", ErrReply, sec, ns)
+	}
+	return time.Unix(sec, ns), nil
+}
+
+// Allowed reports whether every bucket of c allowed it.
+func (c *Call) Allowed() bool {
+	for i := range c.States {
+		if !c.States[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
+// key, or of the text between the first '{' and the next '}' when that text
+// is not empty, modulo 16384.
+func Slot(key string) int {
+	if i := indexByte(key, '{'); i >= 0 {
+		if j := indexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[i]]
+	}
+	return int(crc) & 16383
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		c := uint16(i) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[i] = c
+	}
+	return t
+}()

@@ -1,0 +1,364 @@
+package redisscript
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/bucketry/ratelimit/core"
+)
+
+func TestSlot(t *testing.T) {
+	// Test vectors from the Redis Cluster specification: CRC16/XMODEM of
+	// "123456789" is 0x31C3, and hash tags select what is hashed.
+	tests := []struct {
+		key  string
+		want int
+	}{
+		{"123456789", 0x31C3 & 16383},
+		{"{user1000}.following", Slot("user1000")},
+		{"{user1000}.followers", Slot("user1000")},
+		{"foo{}{bar}", Slot("foo{}{bar}")}, // empty tag: the whole key
+		{"foo{{bar}}zap", Slot("{bar")},
+		{"foo{bar}{zap}", Slot("bar")},
+		{"", 0},
+	}
+	for _, tc := range tests {
+		if got := Slot(tc.key); got != tc.want {
+			t.Errorf("Slot(%q) = %d, want %d", tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	plain, err := NewKeys("rl", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", MaxRawIdentity+1)
+	tests := []struct {
+		name, rule, id, want string
+	}{
+		{"plain", "per-user", "alice", "rl:per-user:alice"},
+		{"braces cannot pick a slot", "per-user", "{evil}", "rl:per-user:%7Bevil%7D"},
+		{"escape is escaped", "per-user", "%7B", "rl:per-user:%257B"},
+		{"hash mark is escaped", "per-user", "#abc", "rl:per-user:%23abc"},
+		{"colons stay", "per-ip", "2001:db8::1", "rl:per-ip:2001:db8::1"},
+	}
+	for _, tc := range tests {
+		if got := plain.Key(tc.rule, tc.id); got != tc.want {
+			t.Errorf("%s: Key(%q, %q) = %q, want %q", tc.name, tc.rule, tc.id, got, tc.want)
+		}
+	}
+	if got := plain.Key("r", long); !strings.HasPrefix(got, "rl:r:#") || len(got) != len("rl:r:#")+64 {
+		t.Errorf("long identity: Key = %q, want a hashed identity", got)
+	}
+	if Slot(plain.Key("r", "{a}x")) == Slot("a") && Slot(plain.Key("r", "{b}x")) == Slot("b") &&
+		Slot(plain.Key("r", "{c}x")) == Slot("c") {
+		t.Errorf("identities still choose their slot through braces")
+	}
+	secret := []byte("0123456789abcdef")
+	hashed, err := NewKeys("rl", true, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := hashed.Key("per-ip", "192.0.2.1")
+	if strings.Contains(k, "192.0.2.1") || !strings.HasPrefix(k, "rl:per-ip:#") {
+		t.Errorf("hashed key %q holds the raw identity", k)
+	}
+	other, _ := NewKeys("rl", true, []byte("fedcba9876543210"))
+	if other.Key("per-ip", "192.0.2.1") == k {
+		t.Errorf("the secret does not change the hash")
+	}
+	for _, tc := range []struct {
+		name    string
+		prefix  string
+		hashAll bool
+		secret  []byte
+	}{
+		{"empty prefix", "", false, nil},
+		{"control character", "a\nb", false, nil},
+		{"short secret", "rl", true, []byte("short")},
+	} {
+		if _, err := NewKeys(tc.prefix, tc.hashAll, tc.secret); !errors.Is(err, core.ErrInvalidOption) {
+			t.Errorf("%s: NewKeys error = %v, want ErrInvalidOption", tc.name, err)
+		}
+	}
+}
+
+func testLimits(t *testing.T) []core.Rule {
+	t.Helper()
+	p, err := core.NewPolicy(
+		core.Rule{Name: "a", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(10), 50)},
+		core.Rule{Name: "b", Scope: core.ScopeUser, Limit: core.SlidingWindow(100, time.Minute)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Rules()
+}
+
+func TestBuilder(t *testing.T) {
+	rules := testLimits(t)
+	var b Builder
+	b.Reset("", ModeTake)
+	b.Add(&Call{Cost: 1, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: &rules[0].Limit}}, Keys: []string{"k1"}})
+	b.Add(&Call{Cost: 2000, Buckets: []core.Bucket{
+		{Rule: "b", Key: "u", Limit: &rules[1].Limit},
+		{Rule: "a", Key: "u", Limit: &rules[0].Limit},
+	}, Keys: []string{"k2", "k1"}})
+	want := []string{"", "t", "2",
+		"1", "1", "1", "1", "100000000", "5000000000", "50", "0",
+		"2000", "2", "2", "4", "60000000000", "100", "0", "0", "1", "1", "100000000", "5000000000", "50", "0"}
+	got := make([]string, len(b.Args))
+	for i, a := range b.Args {
+		got[i] = a.(string)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("Args = %q\n want %q", got, want)
+	}
+	if strings.Join(b.Keys, " ") != "k1 k2" {
+		t.Errorf("Keys = %q, want the two distinct keys once", b.Keys)
+	}
+	b.Reset("123", ModeRefund)
+	if len(b.Keys) != 0 || len(b.Args) != 3 || b.Args[0] != "123" || b.Args[1] != "r" || b.Args[2] != "0" {
+		t.Errorf("after Reset: Keys %q Args %q", b.Keys, b.Args)
+	}
+	// Many keys: the index map takes over from the linear scan.
+	for i := range 20 {
+		b.keyIndex(strings.Repeat("k", i+1))
+	}
+	if b.keyIndex("kkkkk") != 5 || b.keyIndex("new") != 21 {
+		t.Errorf("keyIndex with many keys is wrong: %q", b.Keys)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	states := make([]core.BucketState, 1)
+	c := []*Call{{States: states}}
+	ok := []int64{1, 0, 4, 500, 0, 0, 1767225600, 5}
+	at, err := Decode(ok, c)
+	if err != nil || at != time.Unix(1767225600, 5) || states[0] != (core.BucketState{Allowed: true, Remaining: 4, ResetAfter: 500}) {
+		t.Fatalf("Decode = %v, %v, %+v", at, err, states[0])
+	}
+	for name, vals := range map[string][]int64{
+		"short":             {1, 0, 4, 500, 0, 0, 1},
+		"long":              append(append([]int64{}, ok...), 0),
+		"allowed flag 2":    {2, 0, 4, 500, 0, 0, 1, 0},
+		"negative remain":   {1, 0, -1, 500, 0, 0, 1, 0},
+		"reason on allow":   {1, 1, 0, 0, 0, 0, 1, 0},
+		"no reason on deny": {0, 0, 0, 0, 0, 0, 1, 0},
+		"unknown reason":    {0, 9, 0, 0, 0, 0, 1, 0},
+		"bad nanoseconds":   {1, 0, 0, 0, 0, 0, 1, 1e9},
+	} {
+		if _, err := Decode(vals, c); !errors.Is(err, ErrReply) {
+			t.Errorf("%s: Decode error = %v, want ErrReply", name, err)
+		}
+	}
+}
+
+// fakeScript answers calls like the script would for token buckets of
+// burst 1 that are never refilled: the first take of a key passes. It
+// records the batches it saw.
+type fakeScript struct {
+	mu      sync.Mutex
+	taken   map[string]bool
+	batches []int
+	block   chan struct{} // when set, each call waits on it
+	calls   atomic.Int64
+}
+
+func (f *fakeScript) send(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	f.calls.Add(1)
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.taken == nil {
+		f.taken = map[string]bool{}
+	}
+	n := atoi(args[2])
+	f.batches = append(f.batches, n)
+	var out []int64
+	p := 3
+	for range n {
+		m := atoi(args[p+1])
+		for i := range m {
+			key := keys[atoi(args[p+2+i*6])-1]
+			if f.taken[key] {
+				out = append(out, 0, 1, 0, 0, 1, 0)
+			} else {
+				f.taken[key] = true
+				out = append(out, 1, 0, 0, 1, 0, 0)
+			}
+		}
+		p += 2 + m*6
+	}
+	return append(out, 1767225600, 0), nil
+}
+
+func atoi(a any) int {
+	n := 0
+	for _, c := range a.(string) {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+func call(rules []core.Rule, key string) *Call {
+	return &Call{Cost: 1, Buckets: []core.Bucket{{Rule: "a", Key: key, Limit: &rules[0].Limit}}, Keys: []string{key}, States: make([]core.BucketState, 1)}
+}
+
+func TestBatcherAloneSendsAtOnce(t *testing.T) {
+	rules := testLimits(t)
+	f := &fakeScript{}
+	b := NewBatcher(f.send, 128, 0)
+	c := call(rules, "k")
+	at, err := b.Do(context.Background(), "", c)
+	if err != nil || !c.States[0].Allowed || at != time.Unix(1767225600, 0) || len(f.batches) != 1 || f.batches[0] != 1 {
+		t.Fatalf("Do = %v, %v, %+v; batches %v", at, err, c.States[0], f.batches)
+	}
+}
+
+// TestBatcherBatches: while one call is in flight, the others queue and go
+// out together, in arrival order, each getting its own answer.
+func TestBatcherBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules := testLimits(t)
+		f := &fakeScript{block: make(chan struct{})}
+		b := NewBatcher(f.send, 128, 0)
+		first := make(chan error, 1)
+		go func() {
+			_, err := b.Do(context.Background(), "", call(rules, "k"))
+			first <- err
+		}()
+		synctest.Wait() // the first call is in flight
+		const n = 50
+		var wg sync.WaitGroup
+		var allowed atomic.Int64
+		queued := func() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) }
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := call(rules, "k")
+				if _, err := b.Do(context.Background(), "", c); err != nil {
+					t.Error(err)
+				}
+				if c.States[0].Allowed {
+					allowed.Add(1)
+				}
+			}()
+		}
+		synctest.Wait() // every request is queued
+		if q := queued(); q != n {
+			t.Fatalf("%d requests queued, want %d", q, n)
+		}
+		close(f.block)
+		wg.Wait()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if allowed.Load() != 0 {
+			t.Errorf("%d queued requests allowed after the first took the only token", allowed.Load())
+		}
+		if len(f.batches) != 2 || f.batches[0] != 1 || f.batches[1] != n {
+			t.Errorf("batches = %v, want [1 %d]", f.batches, n)
+		}
+	})
+}
+
+func TestBatcherMaxAndTimeArgument(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules := testLimits(t)
+		f := &fakeScript{block: make(chan struct{})}
+		b := NewBatcher(f.send, 4, 0)
+		go b.Do(context.Background(), "", call(rules, "x"))
+		synctest.Wait() // the first call is in flight
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Add(1)
+			now := "" // two time arguments never share a call
+			if i%2 == 1 {
+				now = "1767225600000000000"
+			}
+			go func() {
+				defer wg.Done()
+				if _, err := b.Do(context.Background(), now, call(rules, "k"+now)); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		synctest.Wait() // every request is queued
+		close(f.block)
+		wg.Wait()
+		for _, n := range f.batches {
+			if n > 4 {
+				t.Errorf("a call carried %d requests, more than the max of 4", n)
+			}
+		}
+		if total := sum(f.batches); total != 11 {
+			t.Errorf("%d requests sent, want 11", total)
+		}
+	})
+}
+
+func sum(a []int) (s int) {
+	for _, v := range a {
+		s += v
+	}
+	return s
+}
+
+// TestBatcherCancelWhileQueued: a queued request whose context ends is not
+// sent; one already in a call waits for its answer.
+func TestBatcherCancelWhileQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules := testLimits(t)
+		f := &fakeScript{block: make(chan struct{})}
+		b := NewBatcher(f.send, 128, 0)
+		done := make(chan struct{})
+		go func() { b.Do(context.Background(), "", call(rules, "a")); close(done) }()
+		synctest.Wait() // the first call is in flight
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { _, err := b.Do(ctx, "", call(rules, "b")); errc <- err }()
+		synctest.Wait() // the second request is queued
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled while queued: %v", err)
+		}
+		close(f.block)
+		<-done
+		if len(f.batches) != 1 {
+			t.Errorf("batches %v: the canceled request was sent", f.batches)
+		}
+		// The batcher is idle again: the next request goes out alone.
+		if _, err := b.Do(context.Background(), "", call(rules, "c")); err != nil || len(f.batches) != 2 || f.batches[1] != 1 {
+			t.Errorf("after cancel: %v, batches %v", err, f.batches)
+		}
+	})
+}
+
+func TestBatcherErrorsReachEveryone(t *testing.T) {
+	rules := testLimits(t)
+	boom := errors.New("boom")
+	b := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return nil, boom }, 8, 0)
+	if _, err := b.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, boom) {
+		t.Fatalf("Do error = %v, want boom", err)
+	}
+	bad := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return []int64{1}, nil }, 8, 0)
+	if _, err := bad.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, ErrReply) {
+		t.Fatalf("Do error = %v, want ErrReply", err)
+	}
+}

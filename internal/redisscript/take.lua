@@ -1,0 +1,333 @@
+-- Decides requests in arrival order, each against its buckets, all or
+-- nothing per request, exactly as core's Limit.Decide does. Mode "t" takes;
+-- mode "r" gives back what earlier takes at time ARGV[1] consumed (Redis
+-- Cluster, when a bucket in another slot denied), then reports each bucket
+-- as it stands.
+--
+-- ARGV[1]  the time in Unix ns as a decimal string, or "" for the server's TIME
+-- ARGV[2]  "t" or "r"
+-- ARGV[3]  the number of requests
+-- then per request: its cost (an integer >= 0), its number of buckets, and
+-- six numbers per bucket: the index of its key in KEYS, then algorithm, a, b, c, d
+--   1 token bucket, 2 shaping: a = interval ns, b = fill time ns, c = burst, d = max wait ns
+--   3 fixed window, 4 sliding window, 5 sliding log: a = window ns, b = limit
+--
+-- Returns, per request and bucket: allowed (0/1), reason, remaining, reset
+-- ns, retry ns, delay ns; then the time used, as seconds and nanoseconds.
+--
+-- Precision: Lua numbers are doubles. An absolute time (~1.8e18 ns) does not
+-- fit in 53 bits, so times are kept as (seconds, nanoseconds) pairs and only
+-- differences, below 2^53 ns because every span is below 100 days, are ever
+-- formed. States are stored as decimal strings written with %d (tostring
+-- keeps only 14 digits), and only integers are returned (a returned double
+-- is truncated).
+
+local E9 = 1000000000
+
+local function split(str)
+  local n = #str
+  if n <= 9 then return 0, tonumber(str) end
+  return tonumber(string.sub(str, 1, n - 9)), tonumber(string.sub(str, n - 8))
+end
+
+local function fmt(s, ns) return string.format('%d%09d', s, ns) end
+
+-- a - b in ns, exact when the result is below 2^53 in magnitude.
+local function diff(as, ans, bs, bns) return (as - bs) * E9 + (ans - bns) end
+
+-- t + d, d an integer ns below 2^53 in magnitude.
+local function add(s, ns, d)
+  local t = ns + d
+  local r = math.fmod(t, E9)
+  if r < 0 then r = r + E9 end
+  return s + (t - r) / E9, r
+end
+
+-- floor(a / b) for integers a >= 0, b > 0: fmod is exact, so is the quotient.
+local function idiv(a, b) return (a - math.fmod(a, b)) / b end
+
+local function later(as, ans, bs, bns) return as > bs or (as == bs and ans > bns) end
+
+local now_s, now_ns
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now_s, now_ns = tonumber(t[1]), tonumber(t[2]) * 1000
+else
+  now_s, now_ns = split(ARGV[1])
+end
+local mode = ARGV[2]
+local cost = 0 -- the cost of the request being decided
+
+-- The epoch-aligned start of the window of size w ns (a whole number of ms)
+-- holding now, as a pair.
+local function window_start(w)
+  local wms = w / 1000000
+  local now_ms = now_s * 1000 + idiv(now_ns, 1000000)
+  local start_ms = idiv(now_ms, wms) * wms
+  return idiv(start_ms, 1000), math.fmod(start_ms, 1000) * 1000000
+end
+
+-- The sliding window estimate, in the same order of operations as core.
+local function estimate(prev, cur, w, elapsed) return prev * (w - elapsed) / w + cur end
+local function fits(prev, cur, w, elapsed, c, limit) return estimate(prev, cur, w, elapsed) + c <= limit end
+local function first_fit(lo, hi, prev, cur, w, c, limit)
+  while lo < hi do
+    local mid = lo + idiv(hi - lo, 2)
+    if fits(prev, cur, w, mid, c, limit) then hi = mid else lo = mid + 1 end
+  end
+  return hi
+end
+local function floor_pos(x) if x <= 0 then return 0 end return math.floor(x) end
+
+-- Each decide returns the six reply fields and, when the bucket would change,
+-- the value to store and its time to live in ns (0: delete).
+local function decide_bucket(key, alg, interval, tau, burst, maxwait)
+  local v = redis.call('GET', key)
+  local debt = 0
+  if v then
+    local ts, tns = split(v)
+    debt = diff(ts, tns, now_s, now_ns)
+    if debt < 0 then debt = 0 end
+  end
+  local room = tau - debt
+  local need = cost * interval
+  local wait = need - room
+  local roompos = room
+  if roompos < 0 then roompos = 0 end
+  if cost == 0 or cost > burst then
+    local reason = 0
+    if cost > burst then reason = 2 end
+    return { cost == 0 and 1 or 0, reason, idiv(roompos, interval), debt, 0, 0 }
+  end
+  if wait <= 0 or (alg == 2 and wait <= maxwait) then
+    local delay = 0
+    if wait > 0 then delay = wait end
+    local left = room - need
+    if left < 0 then left = 0 end
+    local s, ns = add(now_s, now_ns, debt + need)
+    return { 1, 0, idiv(left, interval), debt + need, 0, delay }, fmt(s, ns), debt + need
+  end
+  local retry = wait
+  if alg == 2 then retry = wait - maxwait end
+  return { 0, 1, idiv(roompos, interval), debt, retry, 0 }
+end
+
+local function decide_fixed(key, w, limit)
+  local ss, sns = window_start(w)
+  local count = 0
+  local v = redis.call('GET', key)
+  if v then
+    local i = string.find(v, ':', 1, true)
+    local as, ans = split(string.sub(v, 1, i - 1))
+    if later(as, ans, ss, sns) then ss, sns = as, ans end
+    if as == ss and ans == sns then count = tonumber(string.sub(v, i + 1)) end
+  end
+  local to_end = diff(ss, sns, now_s, now_ns) + w
+  local reset = 0
+  if count > 0 then reset = to_end end
+  if cost == 0 then return { 1, 0, limit - count, reset, 0, 0 } end
+  if cost > limit then return { 0, 2, limit - count, reset, 0, 0 } end
+  if count + cost <= limit then
+    return { 1, 0, limit - count - cost, to_end, 0, 0 }, fmt(ss, sns) .. ':' .. string.format('%d', count + cost), to_end
+  end
+  return { 0, 1, limit - count, reset, to_end, 0 }
+end
+
+local function decide_sliding(key, w, limit)
+  local ss, sns = window_start(w)
+  local cur, prev = 0, 0
+  local v = redis.call('GET', key)
+  if v then
+    local i = string.find(v, ':', 1, true)
+    local j = string.find(v, ':', i + 1, true)
+    local as, ans = split(string.sub(v, 1, i - 1))
+    if later(as, ans, ss, sns) then ss, sns = as, ans end
+    local gap = diff(ss, sns, as, ans)
+    if gap == 0 then
+      cur, prev = tonumber(string.sub(v, i + 1, j - 1)), tonumber(string.sub(v, j + 1))
+    elseif gap == w then
+      prev = tonumber(string.sub(v, i + 1, j - 1))
+    end
+  end
+  local since = diff(now_s, now_ns, ss, sns)
+  local elapsed = since
+  if elapsed < 0 then elapsed = 0 end
+  local function reset_after(c, p)
+    if c > 0 then return 2 * w - since end
+    if p > 0 then return w - since end
+    return 0
+  end
+  local est = estimate(prev, cur, w, elapsed)
+  if cost == 0 then return { 1, 0, floor_pos(limit - est), reset_after(cur, prev), 0, 0 } end
+  if cost > limit then return { 0, 2, floor_pos(limit - est), reset_after(cur, prev), 0, 0 } end
+  if fits(prev, cur, w, elapsed, cost, limit) then
+    local reset = reset_after(cur + cost, prev)
+    return { 1, 0, floor_pos(limit - (est + cost)), reset, 0, 0 },
+      fmt(ss, sns) .. ':' .. string.format('%d', cur + cost) .. ':' .. string.format('%d', prev), reset
+  end
+  local retry
+  if cur + cost <= limit then
+    retry = first_fit(elapsed, w, prev, cur, w, cost, limit) - elapsed
+  else
+    retry = w - since + first_fit(0, w, cur, 0, w, cost, limit)
+  end
+  return { 0, 1, floor_pos(limit - est), reset_after(cur, prev), retry, 0 }
+end
+
+-- A sliding log is stored as "at:cost,at:cost,..." in time order.
+local function decide_log(key, w, limit)
+  local live = {}
+  local sum = 0
+  local v = redis.call('GET', key)
+  if v then
+    for at, c in string.gmatch(v, '(%d+):(%d+)') do
+      local as, ans = split(at)
+      if diff(as, ans, now_s, now_ns) + w > 0 then
+        c = tonumber(c)
+        live[#live + 1] = { as, ans, c }
+        sum = sum + c
+      end
+    end
+  end
+  local reset = 0
+  local n = #live
+  if n > 0 then
+    reset = diff(live[n][1], live[n][2], now_s, now_ns) + w
+    if reset < 0 then reset = 0 end
+  end
+  if cost == 0 then return { 1, 0, limit - sum, reset, 0, 0 } end
+  if cost > limit then return { 0, 2, limit - sum, reset, 0, 0 } end
+  if sum + cost <= limit then
+    local as, ans = now_s, now_ns
+    if n > 0 and later(live[n][1], live[n][2], as, ans) then as, ans = live[n][1], live[n][2] end
+    if n > 0 and live[n][1] == as and live[n][2] == ans then
+      live[n][3] = live[n][3] + cost
+    else
+      live[n + 1] = { as, ans, cost }
+    end
+    local parts = {}
+    for k = 1, #live do parts[k] = fmt(live[k][1], live[k][2]) .. ':' .. string.format('%d', live[k][3]) end
+    local ttl = diff(as, ans, now_s, now_ns) + w
+    return { 1, 0, limit - sum - cost, ttl, 0, 0 }, table.concat(parts, ','), ttl
+  end
+  local need = sum + cost - limit
+  local retry = 0
+  for k = 1, n do
+    need = need - live[k][3]
+    if need <= 0 then
+      retry = diff(live[k][1], live[k][2], now_s, now_ns) + w
+      break
+    end
+  end
+  return { 0, 1, limit - sum, reset, retry, 0 }
+end
+
+local function store(key, value, ttl)
+  -- PX has millisecond resolution: round up, so a key never expires before
+  -- its bucket is full again.
+  local ms = idiv(ttl + 999999, 1000000)
+  if ms < 1 then ms = 1 end
+  redis.call('SET', key, value, 'PX', string.format('%d', ms))
+end
+
+-- Gives back cost to a bucket that an earlier take at now consumed. It never
+-- gives back more than was taken, and a bucket that becomes full is deleted.
+local function refund(key, alg, a, b)
+  local v = redis.call('GET', key)
+  if not v then return end
+  if alg == 1 or alg == 2 then
+    local ts, tns = split(v)
+    local s, ns = add(ts, tns, -cost * a)
+    local left = diff(s, ns, now_s, now_ns)
+    if left <= 0 then redis.call('DEL', key) else store(key, fmt(s, ns), left) end
+  elseif alg == 3 or alg == 4 then
+    local ss, sns = window_start(a)
+    local i = string.find(v, ':', 1, true)
+    local as, ans = split(string.sub(v, 1, i - 1))
+    if as == ss and ans == sns then
+      local j = string.find(v, ':', i + 1, true)
+      local rest, count = '', nil
+      if j then
+        count, rest = tonumber(string.sub(v, i + 1, j - 1)), string.sub(v, j)
+      else
+        count = tonumber(string.sub(v, i + 1))
+      end
+      count = count - cost
+      if count < 0 then count = 0 end
+      redis.call('SET', key, string.sub(v, 1, i) .. string.format('%d', count) .. rest, 'KEEPTTL')
+    end
+  else
+    local mark = fmt(now_s, now_ns) .. ':'
+    local parts, done = {}, false
+    for entry in string.gmatch(v, '[^,]+') do
+      if not done and string.sub(entry, 1, #mark) == mark then
+        local c = tonumber(string.sub(entry, #mark + 1)) - cost
+        done = true
+        if c > 0 then parts[#parts + 1] = mark .. string.format('%d', c) end
+      else
+        parts[#parts + 1] = entry
+      end
+    end
+    if #parts == 0 then redis.call('DEL', key) else redis.call('SET', key, table.concat(parts, ','), 'KEEPTTL') end
+  end
+end
+
+local function decide(key, alg, a, b, c, d)
+  if alg == 1 or alg == 2 then return decide_bucket(key, alg, a, b, c, d) end
+  if alg == 3 then return decide_fixed(key, a, b) end
+  if alg == 4 then return decide_sliding(key, a, b) end
+  if alg == 5 then return decide_log(key, a, b) end
+  return nil
+end
+
+local out = {}
+local p = 3
+for _ = 1, tonumber(ARGV[3]) do
+  cost = tonumber(ARGV[p + 1])
+  local m = tonumber(ARGV[p + 2])
+  local keys, algs, as, bs, cs, ds = {}, {}, {}, {}, {}, {}
+  for i = 1, m do
+    local q = p + 2 + (i - 1) * 6
+    keys[i] = KEYS[tonumber(ARGV[q + 1])]
+    algs[i], as[i], bs[i] = tonumber(ARGV[q + 2]), tonumber(ARGV[q + 3]), tonumber(ARGV[q + 4])
+    cs[i], ds[i] = tonumber(ARGV[q + 5]), tonumber(ARGV[q + 6])
+    if not keys[i] or algs[i] < 1 or algs[i] > 5 then
+      return redis.error_reply('ERR ratelimit: bad arguments for bucket ' .. i)
+    end
+  end
+  p = p + 2 + m * 6
+  if mode == 'r' then
+    for i = 1, m do refund(keys[i], algs[i], as[i], bs[i]) end
+    cost = 0 -- then report each bucket as it stands
+  end
+  local base = #out
+  local values, ttls = {}, {}
+  local allowed = true
+  for i = 1, m do
+    local st, value, ttl = decide(keys[i], algs[i], as[i], bs[i], cs[i], ds[i])
+    if st[1] == 0 then allowed = false end
+    values[i], ttls[i] = value, ttl
+    for k = 1, 6 do out[#out + 1] = st[k] end
+  end
+  if allowed and cost > 0 then
+    for i = 1, m do
+      if values[i] then store(keys[i], values[i], ttls[i]) end
+    end
+  elseif not allowed then
+    -- Nothing is consumed: report each allowing bucket's balance as it
+    -- stands, reading with cost 0.
+    local saved = cost
+    cost = 0
+    for i = 1, m do
+      local o = base + (i - 1) * 6
+      if out[o + 1] == 1 then
+        local st = decide(keys[i], algs[i], as[i], bs[i], cs[i], ds[i])
+        for k = 1, 6 do out[o + k] = st[k] end
+      end
+    end
+    cost = saved
+  end
+end
+out[#out + 1] = now_s
+out[#out + 1] = now_ns
+return out

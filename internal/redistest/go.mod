@@ -1,0 +1,3 @@
+module github.com/bucketry/ratelimit/internal/redistest
+
+go 1.25

@@ -1,0 +1,60 @@
+package redistest
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option changes how servers are started. The zero set of options gives a
+// 20s start timeout, no extra arguments and no cluster replicas.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	replicas     int
+	args         []string
+	startTimeout time.Duration
+}
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{startTimeout: 20 * time.Second}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(c)
+		}
+	}
+	if c.replicas < 0 {
+		return nil, fmt.Errorf("redistest: WithReplicas: count must be >= 0, got %d", c.replicas)
+	}
+	if c.startTimeout <= 0 {
+		return nil, fmt.Errorf("redistest: WithStartTimeout: timeout must be > 0, got %v", c.startTimeout)
+	}
+	return c, nil
+}
+
+// WithReplicas gives every master of a [Cluster] n replicas (0 by default).
+// Other topologies ignore it: [Sentinel] always has exactly one replica.
+func WithReplicas(n int) Option {
+	return optionFunc(func(c *config) { c.replicas = n })
+}
+
+// WithArgs appends command-line arguments to every redis-server that holds
+// data (not to the sentinel), after the harness's own, so they can override
+// them: WithArgs("--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru").
+// Do not require a password: [Server.Do] does not authenticate.
+func WithArgs(args ...string) Option {
+	return optionFunc(func(c *config) { c.args = append(c.args, args...) })
+}
+
+// WithStartTimeout bounds how long starting waits for servers to become
+// ready (20s by default): the processes answering and, for a cluster or
+// a sentinel, the whole topology being up. It also bounds [Server.Restart]
+// and [ClusterServer.WaitHealthy].
+func WithStartTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.startTimeout = d })
+}
