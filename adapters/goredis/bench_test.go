@@ -66,8 +66,10 @@ func benchAllow(b *testing.B, tiers int, deny bool, keys int, opts ...goredis.Op
 	}
 }
 
-func BenchmarkAllowHotKey(b *testing.B)          { benchAllow(b, 1, false, 1) }
-func BenchmarkAllowHotKeyUnbatched(b *testing.B) { benchAllow(b, 1, false, 1, goredis.WithoutBatching()) }
-func BenchmarkAllow10kKeys(b *testing.B)         { benchAllow(b, 1, false, 10000) }
-func BenchmarkAllowThreeTiers(b *testing.B)      { benchAllow(b, 3, false, 1) }
-func BenchmarkDenyFloodLocal(b *testing.B)       { benchAllow(b, 1, true, 1, goredis.WithLocalDenials()) }
+func BenchmarkAllowHotKey(b *testing.B) { benchAllow(b, 1, false, 1) }
+func BenchmarkAllowHotKeyUnbatched(b *testing.B) {
+	benchAllow(b, 1, false, 1, goredis.WithoutBatching())
+}
+func BenchmarkAllow10kKeys(b *testing.B)    { benchAllow(b, 1, false, 10000) }
+func BenchmarkAllowThreeTiers(b *testing.B) { benchAllow(b, 3, false, 1) }
+func BenchmarkDenyFloodLocal(b *testing.B)  { benchAllow(b, 1, true, 1, goredis.WithLocalDenials()) }
