@@ -284,7 +284,8 @@ func (l *Limit) decideSliding(s *State, now, cost int64) (BucketState, State) {
 		st.Reason = ReasonCostExceedsLimit
 	case slidingFits(prev, cur, w, elapsed, cost, l.burst):
 		st.Allowed = true
-		st.Remaining = remaining(est + float64(cost))
+		// What a read right after would see: the estimate with cur+cost.
+		st.Remaining = remaining(slidingEstimate(prev, cur+cost, w, elapsed))
 		st.ResetAfter = resetAfter(cur+cost, prev)
 		next.A, next.B, next.C = start, cur+cost, prev
 	default:
@@ -292,7 +293,8 @@ func (l *Limit) decideSliding(s *State, now, cost int64) (BucketState, State) {
 		if cur+cost <= l.burst {
 			// Fits later in this window, once enough of prev has slid out.
 			x := firstFit(elapsed, w, func(x int64) bool { return slidingFits(prev, cur, w, x, cost, l.burst) })
-			st.RetryAfter = time.Duration(x - elapsed)
+			// From now, which may lie before start if the clock went back.
+			st.RetryAfter = time.Duration(start + x - now)
 		} else {
 			// Fits in the next window, where this window's count is prev.
 			x := firstFit(0, w, func(x int64) bool { return slidingFits(cur, 0, w, x, cost, l.burst) })

@@ -162,12 +162,12 @@ local function decide_sliding(key, w, limit)
   if cost > limit then return { 0, 2, floor_pos(limit - est), reset_after(cur, prev), 0, 0 } end
   if fits(prev, cur, w, elapsed, cost, limit) then
     local reset = reset_after(cur + cost, prev)
-    return { 1, 0, floor_pos(limit - (est + cost)), reset, 0, 0 },
+    return { 1, 0, floor_pos(limit - estimate(prev, cur + cost, w, elapsed)), reset, 0, 0 },
       fmt(ss, sns) .. ':' .. string.format('%d', cur + cost) .. ':' .. string.format('%d', prev), reset
   end
   local retry
   if cur + cost <= limit then
-    retry = first_fit(elapsed, w, prev, cur, w, cost, limit) - elapsed
+    retry = first_fit(elapsed, w, prev, cur, w, cost, limit) - since
   else
     retry = w - since + first_fit(0, w, cur, 0, w, cost, limit)
   end
