@@ -250,23 +250,11 @@ func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 
 // ints checks a reply: an array of integers, as the script returns.
 func ints(cmd *redis.Cmd) ([]int64, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return nil, fmt.Errorf("ratelimit: redis: %w", err)
+	vals, undo, err := reply(cmd, 0)
+	if err == nil && undo != nil {
+		err = fmt.Errorf("%w: unexpected nested array", redisscript.ErrReply)
 	}
-	arr, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: %T, want an array", redisscript.ErrReply, v)
-	}
-	vals := make([]int64, len(arr))
-	for i, x := range arr {
-		n, ok := x.(int64)
-		if !ok {
-			return nil, fmt.Errorf("%w: element %d is %T, want an integer", redisscript.ErrReply, i, x)
-		}
-		vals[i] = n
-	}
-	return vals, nil
+	return vals, err
 }
 
 // group is the buckets of one Cluster hash slot.
@@ -276,6 +264,7 @@ type group struct {
 	b    redisscript.Builder
 	cmd  *redis.Cmd
 	vals []int64
+	undo []string // from a ModeTakeUndo reply: before and written, per bucket
 	at   time.Time
 }
 
@@ -307,7 +296,7 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 	for _, g := range groups {
 		g.call.Cost = t.Cost
 		g.call.States = make([]core.BucketState, len(g.idx))
-		g.b.Reset(now, redisscript.ModeTake)
+		g.b.Reset(now, redisscript.ModeTakeUndo)
 		g.b.Add(&g.call)
 	}
 	err := s.pipeline(ctx, groups)
@@ -335,7 +324,7 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 		for _, g := range groups {
 			if g.vals != nil && g.call.Allowed() {
 				g.b.Reset(redisscript.NowArg(g.at), redisscript.ModeRefund)
-				g.b.Add(&g.call)
+				g.b.AddRefund(&g.call, g.undo)
 				g.vals = nil
 				back = append(back, g)
 			}
@@ -394,16 +383,53 @@ func (s *Store) pipeline(ctx context.Context, groups []*group) error {
 	}
 	var first error
 	for _, g := range groups {
-		vals, err := ints(g.cmd)
+		vals, undo, err := reply(g.cmd, len(g.call.Buckets))
 		if err != nil {
 			if first == nil {
 				first = err
 			}
 			continue
 		}
-		g.vals = vals
+		g.vals, g.undo = vals, undo
 	}
 	return first
+}
+
+// reply checks the reply of a take with undo (an array of integers then an
+// array of 2*buckets strings) or of a refund (integers only).
+func reply(cmd *redis.Cmd, buckets int) ([]int64, []string, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ratelimit: redis: %w", err)
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %T, want an array", redisscript.ErrReply, v)
+	}
+	var undo []string
+	if n := len(arr); n > 0 {
+		if u, ok := arr[n-1].([]any); ok {
+			if len(u) != 2*buckets {
+				return nil, nil, fmt.Errorf("%w: %d undo values for %d buckets", redisscript.ErrReply, len(u), buckets)
+			}
+			undo = make([]string, len(u))
+			for i, x := range u {
+				if undo[i], ok = x.(string); !ok {
+					return nil, nil, fmt.Errorf("%w: undo value %d is %T, want a string", redisscript.ErrReply, i, x)
+				}
+			}
+			arr = arr[:n-1]
+		}
+	}
+	vals := make([]int64, len(arr))
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: element %d is %T, want an integer", redisscript.ErrReply, i, x)
+		}
+		vals[i] = n
+	}
+	return vals, undo, nil
 }
 
 // localNow is the time local denials are measured with: the take's explicit

@@ -59,6 +59,33 @@ func TestConformanceCluster(t *testing.T) {
 	conformance.RunStoreSuite(t, harness(clusterClient(cl)))
 }
 
+func TestPropertiesStandalone(t *testing.T) {
+	srv := redistest.Standalone(t)
+	conformance.RunPropertySuite(t, harness(standaloneClient(srv)))
+}
+
+// TestPropertiesCluster runs the random sequences with one rule name per
+// bucket, so multi-bucket takes span slots and exercise refunds, time
+// stepping back included.
+func TestPropertiesCluster(t *testing.T) {
+	cl := redistest.Cluster(t)
+	conformance.RunPropertySuite(t, harness(clusterClient(cl)))
+}
+
+func TestConformanceSentinel(t *testing.T) {
+	s := redistest.Sentinel(t)
+	conformance.RunStoreSuite(t, harness(func(t testing.TB) redis.UniversalClient {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.SentinelAddr}, PoolSize: 64})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}))
+}
+
+func TestConformanceUnbatched(t *testing.T) {
+	srv := redistest.Standalone(t)
+	conformance.RunStoreSuite(t, harness(standaloneClient(srv), goredis.WithoutBatching()))
+}
+
 func TestConformanceLocalDenials(t *testing.T) {
 	srv := redistest.Standalone(t)
 	conformance.RunStoreSuite(t, harness(standaloneClient(srv), goredis.WithLocalDenials()))

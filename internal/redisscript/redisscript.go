@@ -36,7 +36,13 @@ func SHA() string { return sha }
 
 // Modes of the script.
 const (
-	ModeTake   = "t"
+	// ModeTake takes.
+	ModeTake = "t"
+	// ModeTakeUndo takes and also returns, as the reply's last element, an
+	// array of two strings per bucket: its value before the take and the
+	// value the take wrote ("" for none). See Undo.
+	ModeTakeUndo = "u"
+	// ModeRefund gives back what a ModeTakeUndo take consumed (AddRefund).
 	ModeRefund = "r"
 )
 
@@ -228,6 +234,21 @@ func (b *Builder) Add(c *Call) {
 		b.Args = append(b.Args, boxInt(int64(b.keyIndex(c.Keys[i]))))
 		a := LimitArgs(c.Buckets[i].Limit)
 		b.Args = append(b.Args, a[0], a[1], a[2], a[3], a[4])
+	}
+}
+
+// AddRefund appends a request giving back what c took in a ModeTakeUndo
+// call; undo holds the two strings per bucket that call returned. If a
+// bucket still holds what the take wrote, its earlier value is restored
+// exactly; otherwise the cost is given back arithmetically.
+func (b *Builder) AddRefund(c *Call, undo []string) {
+	b.calls++
+	b.Args[2] = boxInt(int64(b.calls))
+	b.Args = append(b.Args, boxInt(c.Cost), boxInt(int64(len(c.Buckets))))
+	for i := range c.Buckets {
+		b.Args = append(b.Args, boxInt(int64(b.keyIndex(c.Keys[i]))))
+		a := LimitArgs(c.Buckets[i].Limit)
+		b.Args = append(b.Args, a[0], a[1], a[2], a[3], a[4], undo[2*i+1], undo[2*i])
 	}
 }
 

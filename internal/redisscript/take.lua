@@ -1,8 +1,11 @@
 -- Decides requests in arrival order, each against its buckets, all or
 -- nothing per request, exactly as core's Limit.Decide does. Mode "t" takes;
+-- mode "u" takes and also returns, last, an array holding for every bucket
+-- its value before the take and the value the take wrote ("" for none);
 -- mode "r" gives back what earlier takes at time ARGV[1] consumed (Redis
 -- Cluster, when a bucket in another slot denied), then reports each bucket
--- as it stands.
+-- as it stands. In mode "r" each bucket has two more arguments: the value
+-- its take wrote and the value before it, from mode "u".
 --
 -- ARGV[1]  the time in Unix ns as a decimal string, or "" for the server's TIME
 -- ARGV[2]  "t" or "r"
@@ -230,10 +233,16 @@ local function store(key, value, ttl)
   redis.call('SET', key, value, 'PX', string.format('%d', ms))
 end
 
--- Gives back cost to a bucket that an earlier take at now consumed. It never
--- gives back more than was taken, and a bucket that becomes full is deleted.
-local function refund(key, alg, a, b)
+-- Gives back cost to a bucket that an earlier take at now consumed. If the
+-- bucket still holds what that take wrote, its value before the take comes
+-- back exactly (as if the take never happened); if another take wrote it
+-- since, cost is given back arithmetically, never more than was taken.
+local function refund(key, alg, a, b, written, before)
   local v = redis.call('GET', key)
+  if written ~= '' and v == written then
+    if before == '' then redis.call('DEL', key) else redis.call('SET', key, before, 'KEEPTTL') end
+    return
+  end
   if not v then return end
   if alg == 1 or alg == 2 then
     local ts, tns = split(v)
@@ -280,25 +289,31 @@ local function decide(key, alg, a, b, c, d)
   return nil
 end
 
-local out = {}
+local out, undo = {}, {}
+local stride = 6
+if mode == 'r' then stride = 8 end
 local p = 3
 for _ = 1, tonumber(ARGV[3]) do
   cost = tonumber(ARGV[p + 1])
   local m = tonumber(ARGV[p + 2])
   local keys, algs, as, bs, cs, ds = {}, {}, {}, {}, {}, {}
   for i = 1, m do
-    local q = p + 2 + (i - 1) * 6
+    local q = p + 2 + (i - 1) * stride
     keys[i] = KEYS[tonumber(ARGV[q + 1])]
     algs[i], as[i], bs[i] = tonumber(ARGV[q + 2]), tonumber(ARGV[q + 3]), tonumber(ARGV[q + 4])
     cs[i], ds[i] = tonumber(ARGV[q + 5]), tonumber(ARGV[q + 6])
-    if not keys[i] or algs[i] < 1 or algs[i] > 5 then
+    if not keys[i] or not algs[i] or algs[i] < 1 or algs[i] > 5 then
       return redis.error_reply('ERR ratelimit: bad arguments for bucket ' .. i)
     end
+    if mode == 'r' then
+      refund(keys[i], algs[i], as[i], bs[i], ARGV[q + 7], ARGV[q + 8])
+    end
   end
-  p = p + 2 + m * 6
-  if mode == 'r' then
-    for i = 1, m do refund(keys[i], algs[i], as[i], bs[i]) end
-    cost = 0 -- then report each bucket as it stands
+  p = p + 2 + m * stride
+  if mode == 'r' then cost = 0 end -- then report each bucket as it stands
+  local before = {}
+  if mode == 'u' then
+    for i = 1, m do before[i] = redis.call('GET', keys[i]) or '' end
   end
   local base = #out
   local values, ttls = {}, {}
@@ -313,7 +328,14 @@ for _ = 1, tonumber(ARGV[3]) do
     for i = 1, m do
       if values[i] then store(keys[i], values[i], ttls[i]) end
     end
-  elseif not allowed then
+  end
+  if mode == 'u' then
+    for i = 1, m do
+      undo[#undo + 1] = before[i]
+      undo[#undo + 1] = (allowed and cost > 0 and values[i]) or ''
+    end
+  end
+  if not allowed then
     -- Nothing is consumed: report each allowing bucket's balance as it
     -- stands, reading with cost 0.
     local saved = cost
@@ -330,4 +352,5 @@ for _ = 1, tonumber(ARGV[3]) do
 end
 out[#out + 1] = now_s
 out[#out + 1] = now_ns
+if mode == 'u' then out[#out + 1] = undo end
 return out
