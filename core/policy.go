@@ -65,6 +65,7 @@ type RuleError struct {
 	Err  error
 }
 
+// Error formats the error as "ratelimit: rule "name": field: reason".
 func (e *RuleError) Error() string {
 	return fmt.Sprintf("ratelimit: rule %q: %s", e.Rule, strings.TrimPrefix(e.Err.Error(), "ratelimit: "))
 }
