@@ -31,6 +31,10 @@ func (s Scope) Dimension() (string, bool) {
 	return "", false
 }
 
+// Valid reports whether s is a built-in scope or a Dimension with a valid
+// name (1 to 64 characters of [A-Za-z0-9_.-]).
+func (s Scope) Valid() bool { return s.valid() }
+
 func (s Scope) valid() bool {
 	switch s {
 	case ScopeUser, ScopeIP, ScopeEndpoint, ScopeGlobal:
