@@ -377,7 +377,7 @@ func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int
 	if l.timeout > 0 {
 		tctx, cancel := context.WithTimeout(ctx, l.timeout)
 		err = s.Take(tctx, pt)
-		if err != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
+		if err != nil && !ended(ctx) && ended(tctx) {
 			// Our bound, not the caller's: a store failure, said as such.
 			err = fmt.Errorf("ratelimit: store call exceeded WithTimeout(%v): %w", l.timeout, err)
 		}
@@ -400,7 +400,18 @@ func (l *Limiter) takeFrom(ctx context.Context, s Store, now time.Time, cost int
 // gaveUp reports whether err is the caller's ctx ending, checked on the
 // caller's ctx: a WithTimeout bound running out leaves it alive.
 func gaveUp(ctx context.Context, err error) bool {
-	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+	return ended(ctx) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// ended reports whether ctx is done or past its deadline. A store's socket
+// deadline and the context's timer fire at the same instant, so ctx.Err()
+// alone can still be nil when the store returns.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {

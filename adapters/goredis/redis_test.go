@@ -248,9 +248,11 @@ func TestKeyExpiresWhenFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := (ts.ResetAfter + time.Millisecond - 1) / time.Millisecond
-		if v != int64(want) {
-			t.Errorf("%s: PTTL = %v ms, want %d (ResetAfter %v rounded up)", ts.Rule.Name, v, want, ts.ResetAfter)
+		// PTTL counts down in real time from the take: allow the
+		// milliseconds that passed since.
+		want := int64((ts.ResetAfter + time.Millisecond - 1) / time.Millisecond)
+		if n, ok := v.(int64); !ok || n > want || n < want-50 {
+			t.Errorf("%s: PTTL = %v ms, want %d (ResetAfter %v rounded up) less the time since", ts.Rule.Name, v, want, ts.ResetAfter)
 		}
 	}
 }

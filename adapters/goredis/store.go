@@ -20,6 +20,7 @@ type Store struct {
 	keys    *redisscript.Keys
 	clock   core.Clock // nil: the Redis server's TIME
 	timeout time.Duration
+	minTTL  time.Duration
 	denials *denials // nil unless WithLocalDenials
 	// batchers, one per hash slot (one in all outside Cluster), made on
 	// first use; nil without batching.
@@ -42,6 +43,7 @@ type config struct {
 	timeout time.Duration
 	local   bool
 	noBatch bool
+	minTTL  time.Duration
 }
 
 type optionFunc func(*config)
@@ -70,7 +72,20 @@ func WithClientClock(clock core.Clock) Option {
 
 // WithTimeout bounds each Take, on top of the caller's context. Zero (the
 // default) leaves only the caller's context and the client's own timeouts.
+// go-redis honours context deadlines only when the client's options have
+// ContextTimeoutEnabled set; New rejects a timeout on a *redis.Client or
+// *redis.ClusterClient without it, rather than ignore it.
 func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.timeout = d }) }
+
+// WithMinTTL keeps every key written for at least d. By default a key lives
+// exactly until its bucket is full again, and that is right when decisions
+// use the Redis server's clock, which is also the clock Redis expires keys
+// by. With WithClientClock the two clocks differ, and a key could expire, in
+// Redis's time, while the client's clock says its bucket still owes tokens
+// (a clock moved back, a fake clock in tests): a floor prevents that. A
+// longer life never changes a decision, since the stored state itself says
+// when the bucket is full; it only costs memory.
+func WithMinTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.minTTL = d }) }
 
 // WithLocalDenials lets the store answer a repeated denial without a round
 // trip: see the package documentation for when that is provably right.
@@ -98,12 +113,18 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if cfg.timeout < 0 {
 		return nil, fmt.Errorf("%w: timeout must be >= 0, got %v", core.ErrInvalidOption, cfg.timeout)
 	}
+	if cfg.minTTL < 0 || cfg.minTTL > core.MaxSpan {
+		return nil, fmt.Errorf("%w: WithMinTTL must be between 0 and %v, got %v", core.ErrInvalidOption, core.MaxSpan, cfg.minTTL)
+	}
+	if cfg.timeout > 0 && !contextTimeouts(client) {
+		return nil, fmt.Errorf("%w: WithTimeout(%v) needs the client's ContextTimeoutEnabled option, or go-redis ignores it", core.ErrInvalidOption, cfg.timeout)
+	}
 	keys, err := redisscript.NewKeys(cfg.prefix, cfg.hashAll, cfg.secret)
 	if err != nil {
 		return nil, err
 	}
 	_, cluster := client.(*redis.ClusterClient)
-	s := &Store{client: client, cluster: cluster, keys: keys, clock: cfg.clock, timeout: cfg.timeout}
+	s := &Store{client: client, cluster: cluster, keys: keys, clock: cfg.clock, timeout: cfg.timeout, minTTL: cfg.minTTL}
 	if cfg.local {
 		s.denials = newDenials()
 	}
@@ -115,6 +136,18 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.batchers = make([]atomic.Pointer[redisscript.Batcher], n)
 	}
 	return s, nil
+}
+
+// contextTimeouts reports whether client honours context deadlines, as far
+// as its type tells (other clients are assumed to).
+func contextTimeouts(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // Stats counts how the store's decisions were made.
@@ -186,6 +219,17 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 		err = s.takeSlots(ctx, now, keys, t)
 	}
 	if err != nil {
+		// The caller's context ended: say so, whatever the client reports
+		// (go-redis turns a deadline into an i/o timeout), so that the
+		// limiter does not count it as the store failing. The socket
+		// deadline can fire before the context's timer: check the deadline
+		// too.
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("%w: %w", cerr, err)
+		}
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
 		return err
 	}
 	if s.denials != nil {
@@ -214,7 +258,7 @@ func (s *Store) batcher(slot int) *redisscript.Batcher {
 	if b := p.Load(); b != nil {
 		return b
 	}
-	p.CompareAndSwap(nil, redisscript.NewBatcher(s.send, maxBatch, s.timeout))
+	p.CompareAndSwap(nil, redisscript.NewBatcher(s.send, maxBatch, s.timeout, s.minTTL))
 	return p.Load()
 }
 
@@ -226,6 +270,7 @@ func (s *Store) direct(ctx context.Context, now string, c *redisscript.Call) (ti
 		defer cancel()
 	}
 	var b redisscript.Builder
+	b.SetMinTTL(s.minTTL)
 	b.Reset(now, redisscript.ModeTake)
 	b.Add(c)
 	vals, err := s.send(ctx, b.Keys, b.Args)
@@ -296,6 +341,7 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 	for _, g := range groups {
 		g.call.Cost = t.Cost
 		g.call.States = make([]core.BucketState, len(g.idx))
+		g.b.SetMinTTL(s.minTTL)
 		g.b.Reset(now, redisscript.ModeTakeUndo)
 		g.b.Add(&g.call)
 	}
@@ -384,6 +430,9 @@ func (s *Store) pipeline(ctx context.Context, groups []*group) error {
 	var first error
 	for _, g := range groups {
 		vals, undo, err := reply(g.cmd, len(g.call.Buckets))
+		if err == nil && g.b.Args[1] == redisscript.ModeTakeUndo && undo == nil {
+			err = fmt.Errorf("%w: no undo values in a take with undo", redisscript.ErrReply)
+		}
 		if err != nil {
 			if first == nil {
 				first = err
@@ -399,6 +448,9 @@ func (s *Store) pipeline(ctx context.Context, groups []*group) error {
 // array of 2*buckets strings) or of a refund (integers only).
 func reply(cmd *redis.Cmd, buckets int) ([]int64, []string, error) {
 	v, err := cmd.Result()
+	if err == redis.Nil {
+		return nil, nil, fmt.Errorf("%w: %w", redisscript.ErrReply, err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("ratelimit: redis: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,7 +24,8 @@ func newPrefix() string { return fmt.Sprintf("t%d", prefixes.Add(1)) }
 func harness(client func(t testing.TB) redis.UniversalClient, opts ...goredis.Option) conformance.StoreHarness {
 	return conformance.StoreHarness{
 		New: func(t testing.TB, clock core.Clock) core.Store {
-			o := append([]goredis.Option{goredis.WithPrefix(newPrefix()), goredis.WithClientClock(clock)}, opts...)
+			// The suite's clock is not Redis's: keep keys for the whole run.
+			o := append([]goredis.Option{goredis.WithPrefix(newPrefix()), goredis.WithClientClock(clock), goredis.WithMinTTL(time.Hour)}, opts...)
 			s, err := goredis.New(client(t), o...)
 			if err != nil {
 				t.Fatalf("goredis.New: %v", err)

@@ -20,6 +20,7 @@ type Batcher struct {
 	send    Sender
 	max     int           // most requests per call
 	timeout time.Duration // bounds each call when > 0
+	minTTL  time.Duration // see Builder.SetMinTTL
 
 	mu    sync.Mutex
 	busy  bool // a call is in flight
@@ -38,9 +39,10 @@ type pending struct {
 }
 
 // NewBatcher returns a Batcher that sends through send at most max requests
-// per call, each call bounded by timeout when it is > 0.
-func NewBatcher(send Sender, max int, timeout time.Duration) *Batcher {
-	return &Batcher{send: send, max: max, timeout: timeout}
+// per call, each call bounded by timeout when it is > 0, writing keys that
+// live at least minTTL (see Builder.SetMinTTL).
+func NewBatcher(send Sender, max int, timeout, minTTL time.Duration) *Batcher {
+	return &Batcher{send: send, max: max, timeout: timeout, minTTL: minTTL}
 }
 
 // Do decides c at time now (NowArg; "" for the server's clock) in a script
@@ -87,6 +89,7 @@ func (b *Batcher) Do(ctx context.Context, now string, c *Call) (time.Time, error
 // call, if any queued, to its first waiter.
 func (b *Batcher) run(batch []*pending) {
 	var bld Builder
+	bld.SetMinTTL(b.minTTL)
 	bld.Reset(batch[0].now, ModeTake)
 	calls := make([]*Call, len(batch))
 	for i, p := range batch {

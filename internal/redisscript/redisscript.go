@@ -209,18 +209,30 @@ type Call struct {
 // the order they were added. Keys shared by requests are sent once. The zero
 // value is ready for Reset; a Builder is not safe for concurrent use.
 type Builder struct {
-	Keys  []string // KEYS
-	Args  []any    // ARGV, strings in interfaces
-	calls int
-	index map[string]int
+	Keys   []string // KEYS
+	Args   []any    // ARGV, strings in interfaces
+	calls  int
+	index  map[string]int
+	minTTL any // the boxed argument; nil: "0"
 }
 
-// Reset starts a new call at time now (NowArg) in mode (ModeTake or
-// ModeRefund).
+// SetMinTTL sets the least time to live of every key the call writes,
+// rounded up to the millisecond; 0 (the default) keeps each key exactly
+// until its bucket is full again. It applies from the next Reset.
+func (b *Builder) SetMinTTL(d time.Duration) {
+	b.minTTL = boxInt(int64((d + time.Millisecond - 1) / time.Millisecond))
+}
+
+// Reset starts a new call at time now (NowArg) in mode (ModeTake,
+// ModeTakeUndo or ModeRefund).
 func (b *Builder) Reset(now, mode string) {
 	clear(b.Keys)
 	clear(b.Args)
-	b.Keys, b.Args = b.Keys[:0], append(b.Args[:0], now, mode, small[0])
+	ttl := b.minTTL
+	if ttl == nil {
+		ttl = small[0]
+	}
+	b.Keys, b.Args = b.Keys[:0], append(b.Args[:0], now, mode, small[0], ttl)
 	b.calls = 0
 	clear(b.index)
 }
@@ -238,17 +250,25 @@ func (b *Builder) Add(c *Call) {
 }
 
 // AddRefund appends a request giving back what c took in a ModeTakeUndo
-// call; undo holds the two strings per bucket that call returned. If a
-// bucket still holds what the take wrote, its earlier value is restored
-// exactly; otherwise the cost is given back arithmetically.
+// call; undo holds the two strings per bucket that call returned (before,
+// written). If a bucket still holds what the take wrote, its earlier value
+// is restored exactly; otherwise, or when undo does not hold two strings per
+// bucket, the cost is given back arithmetically.
 func (b *Builder) AddRefund(c *Call, undo []string) {
+	if len(undo) != 2*len(c.Buckets) {
+		undo = nil
+	}
 	b.calls++
 	b.Args[2] = boxInt(int64(b.calls))
 	b.Args = append(b.Args, boxInt(c.Cost), boxInt(int64(len(c.Buckets))))
 	for i := range c.Buckets {
 		b.Args = append(b.Args, boxInt(int64(b.keyIndex(c.Keys[i]))))
 		a := LimitArgs(c.Buckets[i].Limit)
-		b.Args = append(b.Args, a[0], a[1], a[2], a[3], a[4], undo[2*i+1], undo[2*i])
+		written, before := "", ""
+		if undo != nil {
+			before, written = undo[2*i], undo[2*i+1]
+		}
+		b.Args = append(b.Args, a[0], a[1], a[2], a[3], a[4], written, before)
 	}
 }
 

@@ -112,7 +112,7 @@ func TestBuilder(t *testing.T) {
 		{Rule: "b", Key: "u", Limit: &rules[1].Limit},
 		{Rule: "a", Key: "u", Limit: &rules[0].Limit},
 	}, Keys: []string{"k2", "k1"}})
-	want := []string{"", "t", "2",
+	want := []string{"", "t", "2", "0",
 		"1", "1", "1", "1", "100000000", "5000000000", "50", "0",
 		"2000", "2", "2", "4", "60000000000", "100", "0", "0", "1", "1", "100000000", "5000000000", "50", "0"}
 	got := make([]string, len(b.Args))
@@ -126,7 +126,7 @@ func TestBuilder(t *testing.T) {
 		t.Errorf("Keys = %q, want the two distinct keys once", b.Keys)
 	}
 	b.Reset("123", ModeRefund)
-	if len(b.Keys) != 0 || len(b.Args) != 3 || b.Args[0] != "123" || b.Args[1] != "r" || b.Args[2] != "0" {
+	if len(b.Keys) != 0 || len(b.Args) != 4 || b.Args[0] != "123" || b.Args[1] != "r" || b.Args[2] != "0" || b.Args[3] != "0" {
 		t.Errorf("after Reset: Keys %q Args %q", b.Keys, b.Args)
 	}
 	// Many keys: the index map takes over from the linear scan.
@@ -190,7 +190,7 @@ func (f *fakeScript) send(ctx context.Context, keys []string, args []any) ([]int
 	n := atoi(args[2])
 	f.batches = append(f.batches, n)
 	var out []int64
-	p := 3
+	p := 4
 	for range n {
 		m := atoi(args[p+1])
 		for i := range m {
@@ -222,7 +222,7 @@ func call(rules []core.Rule, key string) *Call {
 func TestBatcherAloneSendsAtOnce(t *testing.T) {
 	rules := testLimits(t)
 	f := &fakeScript{}
-	b := NewBatcher(f.send, 128, 0)
+	b := NewBatcher(f.send, 128, 0, 0)
 	c := call(rules, "k")
 	at, err := b.Do(context.Background(), "", c)
 	if err != nil || !c.States[0].Allowed || at != time.Unix(1767225600, 0) || len(f.batches) != 1 || f.batches[0] != 1 {
@@ -236,7 +236,7 @@ func TestBatcherBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
 		f := &fakeScript{block: make(chan struct{})}
-		b := NewBatcher(f.send, 128, 0)
+		b := NewBatcher(f.send, 128, 0, 0)
 		first := make(chan error, 1)
 		go func() {
 			_, err := b.Do(context.Background(), "", call(rules, "k"))
@@ -282,7 +282,7 @@ func TestBatcherMaxAndTimeArgument(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
 		f := &fakeScript{block: make(chan struct{})}
-		b := NewBatcher(f.send, 4, 0)
+		b := NewBatcher(f.send, 4, 0, 0)
 		go b.Do(context.Background(), "", call(rules, "x"))
 		synctest.Wait() // the first call is in flight
 		var wg sync.WaitGroup
@@ -326,7 +326,7 @@ func TestBatcherCancelWhileQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
 		f := &fakeScript{block: make(chan struct{})}
-		b := NewBatcher(f.send, 128, 0)
+		b := NewBatcher(f.send, 128, 0, 0)
 		done := make(chan struct{})
 		go func() { b.Do(context.Background(), "", call(rules, "a")); close(done) }()
 		synctest.Wait() // the first call is in flight
@@ -353,11 +353,11 @@ func TestBatcherCancelWhileQueued(t *testing.T) {
 func TestBatcherErrorsReachEveryone(t *testing.T) {
 	rules := testLimits(t)
 	boom := errors.New("boom")
-	b := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return nil, boom }, 8, 0)
+	b := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return nil, boom }, 8, 0, 0)
 	if _, err := b.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, boom) {
 		t.Fatalf("Do error = %v, want boom", err)
 	}
-	bad := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return []int64{1}, nil }, 8, 0)
+	bad := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return []int64{1}, nil }, 8, 0, 0)
 	if _, err := bad.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, ErrReply) {
 		t.Fatalf("Do error = %v, want ErrReply", err)
 	}

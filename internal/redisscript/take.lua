@@ -10,6 +10,7 @@
 -- ARGV[1]  the time in Unix ns as a decimal string, or "" for the server's TIME
 -- ARGV[2]  "t" or "r"
 -- ARGV[3]  the number of requests
+-- ARGV[4]  the least time to live of a written key, in ms ("0": none)
 -- then per request: its cost (an integer >= 0), its number of buckets, and
 -- six numbers per bucket: the index of its key in KEYS, then algorithm, a, b, c, d
 --   1 token bucket, 2 shaping: a = interval ns, b = fill time ns, c = burst, d = max wait ns
@@ -60,6 +61,7 @@ else
 end
 local mode = ARGV[2]
 local cost = 0 -- the cost of the request being decided
+local min_ttl = tonumber(ARGV[4]) or 0
 
 -- The epoch-aligned start of the window of size w ns (a whole number of ms)
 -- holding now, as a pair.
@@ -227,9 +229,11 @@ end
 
 local function store(key, value, ttl)
   -- PX has millisecond resolution: round up, so a key never expires before
-  -- its bucket is full again.
+  -- its bucket is full again. A longer life never changes a decision (the
+  -- value itself says when the bucket is full), so a floor is safe.
   local ms = idiv(ttl + 999999, 1000000)
   if ms < 1 then ms = 1 end
+  if ms < min_ttl then ms = min_ttl end
   redis.call('SET', key, value, 'PX', string.format('%d', ms))
 end
 
@@ -292,7 +296,7 @@ end
 local out, undo = {}, {}
 local stride = 6
 if mode == 'r' then stride = 8 end
-local p = 3
+local p = 4
 for _ = 1, tonumber(ARGV[3]) do
   cost = tonumber(ARGV[p + 1])
   local m = tonumber(ARGV[p + 2])

@@ -1,0 +1,79 @@
+// Package grpcinterceptor rate-limits gRPC servers: a unary and a stream
+// server interceptor over a core.Limiter. Like every framework adapter of
+// ratelimit it only translates: the keys, plan, cost, skip and metadata
+// formatting are keyfuncs.Middleware's, and the options carry the same names
+// as those of the HTTP adapters.
+//
+//	policy, err := core.NewPolicy(
+//		core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(10), 20)},
+//		core.Rule{Name: "per-method", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerSecond(500), 1000)},
+//	)
+//	limiter, err := core.NewLimiter(policy)
+//	user, err := keyfuncs.Metadata("x-user")
+//	opts := []grpcinterceptor.Option{grpcinterceptor.WithKey(core.ScopeUser, user)}
+//	unary, err := grpcinterceptor.UnaryServerInterceptor(limiter, opts...)
+//	stream, err := grpcinterceptor.StreamServerInterceptor(limiter, opts...)
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(auth, unary), grpc.ChainStreamInterceptor(auth, stream))
+//
+// Put the interceptors after authentication, so that key functions can read
+// the user it stores in the context (keyfuncs.FromContext). The full method
+// ("/package.Service/Method") keys the endpoint scope by default
+// (keyfuncs.Endpoint; keyfuncs.GRPCMethod says so explicitly), the TCP
+// peer's address keys the ip scope, and keyfuncs.Metadata reads incoming
+// metadata. WithKeyFunc takes a native function of the context and the full
+// method.
+//
+// # What clients see
+//
+// An allowed call carries the rate-limit fields of core.HeaderFormat in its
+// header metadata, with lower-case names: x-ratelimit-limit,
+// x-ratelimit-remaining, x-ratelimit-reset, ratelimit-policy and ratelimit
+// (see core.HeaderFormat for their values).
+//
+// A denied call does not reach its handler. It ends with
+// codes.ResourceExhausted and these status details (DenialStatus):
+//
+//	google.rpc.RetryInfo     retry_delay: RetryAfter rounded up to the
+//	                         millisecond, never before the tokens are back
+//	google.rpc.QuotaFailure  one violation per denying tier: subject and
+//	                         quota_id are the rule's name
+//
+// and the trailers grpc-retry-pushback-ms (the same delay, in milliseconds)
+// and the rate-limit fields. The response is Trailers-Only: one HEADERS
+// frame holding the status and these fields, with no header metadata before
+// it. This matters: grpc-go retries a call under its retry policy only when
+// the response was Trailers-Only, and then waits grpc-retry-pushback-ms
+// instead of its own backoff (gRFC A6); it does not read RetryInfo. A client
+// with a retry policy that lists RESOURCE_EXHAUSTED thus comes back exactly
+// when the bucket allows it. Since a Trailers-Only response is the HTTP
+// header section, the draft's RateLimit-Policy and RateLimit fields are
+// allowed there. A cost above a tier's burst, which no wait cures, gets no
+// RetryInfo and a pushback of -1, which tells clients not to retry.
+//
+// The delay is rounded to the millisecond, not to the whole second of
+// Retry-After: gRPC has a unit fine enough to say the exact refill, and a
+// client that waits longer than needed only loses throughput.
+//
+// When the store fails and the limiter fails closed (core.FailClosed), the
+// call ends with codes.Unavailable, a RetryInfo detail and
+// grpc-retry-pushback-ms, from Decision.RetryAfter (1s, or the rest of the
+// circuit breaker's cooldown). Under core.FailOpen and core.FailFallback
+// the call proceeds.
+//
+// A call that cannot be decided ends with codes.InvalidArgument when the
+// client's input is at fault (a metadata key too long for a bucket key, or
+// no client address), codes.Internal when a key, plan or cost function
+// fails, and codes.Canceled or codes.DeadlineExceeded when the call's
+// context ends; WithErrorHandler changes that, and WithDenyHandler the
+// denial's status.
+//
+// # Streams
+//
+// A stream is checked once, when it opens: a denied stream ends before its
+// handler runs, Trailers-Only as above, and the client reads the status at
+// its first Recv (or sees io.EOF from Send, then the status from Recv).
+// With WithPerMessage each received message is paced as well: RecvMsg
+// holds a message until the tiers have its tokens, waiting as
+// core.Limiter.WaitN does, because an error in the middle of a stream ends
+// the whole stream. The client is slowed through HTTP/2 flow control.
+package grpcinterceptor

@@ -1,0 +1,61 @@
+// Package nethttp is the net/http middleware of ratelimit: it limits the
+// requests of an http.Handler with a core.Limiter, writes the rate-limit
+// header fields, and answers denials with 429 and a problem body.
+//
+// Build a Middleware once with New, then wrap each route's handler:
+//
+//	policy, err := core.NewPolicy(
+//		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(60), 10)},
+//		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerSecond(100), 200)},
+//	)
+//	limiter, err := core.NewLimiter(policy)
+//	rl, err := nethttp.New(limiter)
+//	mux := http.NewServeMux()
+//	mux.Handle("GET /items/{id}", rl.Handler(items))
+//
+// Wrap routes, not the mux: http.ServeMux sets http.Request.Pattern, the
+// route template that keys the endpoint scope ("GET /items/{id}", so that
+// /items/1 and /items/2 share a bucket and a path nobody routes gets none),
+// only when it calls the route's handler. Handler has the signature of the
+// usual middleware, func(http.Handler) http.Handler, for routers that take
+// one.
+//
+// # Keys
+//
+// By default the ip scope is keyed by the TCP peer (no proxy is trusted, so
+// a forged X-Forwarded-For changes nothing) and the endpoint scope by the
+// route template. WithKey sets a scope's key function from package keyfuncs
+// (keyfuncs.ClientIP with trusted proxies, keyfuncs.Header, keyfuncs.APIKey,
+// keyfuncs.FromContext, ...), which work in every adapter; WithKeyFunc takes
+// a native func(*http.Request) (string, error) instead. WithPlan, WithCost
+// and WithSkip select the plan, price requests and exempt them.
+// WithOptions passes keyfuncs options as they are, so that the net/http,
+// gin, fiber and gRPC middleware of one service share one option list.
+//
+// # What clients see
+//
+// An allowed response carries X-RateLimit-Limit, X-RateLimit-Remaining,
+// X-RateLimit-Reset (Unix seconds), RateLimit-Policy and RateLimit, as
+// core.HeaderFormat documents (WithHeaderFormat, WithHeadersOnAllow). A
+// denied request gets the same fields with Retry-After (whole seconds,
+// rounded up) and Cache-Control: no-store, status 429 and an
+// application/problem+json body of type
+// https://iana.org/assignments/http-problem-types#quota-exceeded naming the
+// violated tiers; the next handler is not called. When the store fails, the
+// limiter's core.FailureMode decides: under FailOpen the request goes on
+// without rate-limit fields, under FailClosed it gets 503 with Retry-After.
+// WithDenyHandler replaces the body and status of denials.
+//
+// A request that cannot be decided goes to the error handler
+// (WithErrorHandler): by default 400 when the client sent input no limit
+// accepts (a key over core.MaxKeyLen bytes, a negative cost), 500 when a key,
+// plan or cost function failed, each with only its status text as the body,
+// and nothing at all when the client has gone.
+//
+// # Cost
+//
+// The middleware allocates, per allowed request on the in-memory store, the
+// key strings its key functions build (one for the client IP) and two for
+// the header fields (their values share one string and one slice); route
+// templates and header lookups allocate nothing. See BenchmarkMiddleware.
+package nethttp

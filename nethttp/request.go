@@ -1,0 +1,36 @@
+package nethttp
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// request is the keyfuncs.Request view of an *http.Request. A struct of one
+// pointer is stored in an interface as the pointer itself, so making the
+// view costs nothing: no copy, no allocation.
+type request struct{ r *http.Request }
+
+var _ keyfuncs.Request = request{}
+
+// Context returns the request's context.
+func (v request) Context() context.Context { return v.r.Context() }
+
+// Method returns the request's method.
+func (v request) Method() string { return v.r.Method }
+
+// Route returns the pattern of the http.ServeMux route that matched
+// ("GET /items/{id}"), which the mux sets before calling the route's
+// handler, or "" when the middleware runs outside a Go 1.22+ ServeMux route.
+func (v request) Route() string { return v.r.Pattern }
+
+// FullMethod returns "": this is HTTP.
+func (v request) FullMethod() string { return "" }
+
+// RemoteAddr returns the TCP peer, "ip:port".
+func (v request) RemoteAddr() string { return v.r.RemoteAddr }
+
+// Values returns the header's field values. The key functions of keyfuncs
+// pass canonical names, which http.Header looks up without allocating.
+func (v request) Values(name string) []string { return v.r.Header.Values(name) }
