@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net/textproto"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Header returns a Func whose key is the first value of the HTTP header (or
@@ -224,7 +227,64 @@ func methodAndRoute(r Request) (string, error) {
 	if m == "" {
 		return "", ErrNotApplicable
 	}
-	return m + " " + rt, nil
+	return endpoints.join(m, rt), nil
+}
+
+// endpoints caches "METHOD route" keys, so that keying a request by its
+// endpoint allocates nothing: methods are the ten Method returns, and route
+// templates are the server's own, a small fixed set. Each method's map is
+// replaced whole on insertion (copy on write), so lookups take no lock.
+var endpoints endpointCache
+
+// maxEndpoints bounds each method's cache, should a router report more
+// templates than any server has; past it keys are built on every call.
+const maxEndpoints = 4096
+
+type endpointCache struct {
+	mu     sync.Mutex
+	byVerb [10]atomic.Pointer[map[string]string]
+}
+
+var verbs = [10]string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "OTHER"}
+
+func (c *endpointCache) join(m, route string) string {
+	i := slices.Index(verbs[:], m)
+	if i < 0 {
+		return m + " " + route
+	}
+	if mp := c.byVerb[i].Load(); mp != nil {
+		if k, ok := (*mp)[route]; ok {
+			return k
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.byVerb[i].Load()
+	if old != nil {
+		if k, ok := (*old)[route]; ok {
+			return k
+		}
+		if len(*old) >= maxEndpoints {
+			return m + " " + route
+		}
+	}
+	k := m + " " + route
+	next := make(map[string]string, 1+lenOf(old))
+	if old != nil {
+		for r, v := range *old {
+			next[r] = v
+		}
+	}
+	next[strings.Clone(route)] = k
+	c.byVerb[i].Store(&next)
+	return k
+}
+
+func lenOf(m *map[string]string) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }
 
 // Endpoint returns a Func whose key is the endpoint of any request, as

@@ -1,0 +1,336 @@
+package ginlimit_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/bucketry/ratelimit/conformance"
+	"github.com/bucketry/ratelimit/core"
+	ginlimit "github.com/bucketry/ratelimit/gin"
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// TestMain puts gin in test mode: no debug lines on stdout, where they
+// would spoil the examples' output.
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	os.Exit(m.Run())
+}
+
+// serveGin is the conformance harness: a gin engine on an httptest server,
+// each route with its own middleware before its handler, at the route's
+// colon pattern. Paths no route matches get gin's 404.
+func serveGin(t testing.TB, routes []conformance.HTTPRoute) string {
+	t.Helper()
+	engine := gin.New()
+	for _, rt := range routes {
+		opts := []ginlimit.Option{ginlimit.WithOptions(rt.Options...)}
+		if h := rt.NativeUserHeader; h != "" {
+			opts = append(opts, ginlimit.WithKeyFunc(core.ScopeUser, func(c *gin.Context) (string, error) {
+				if v := c.GetHeader(h); v != "" {
+					return v, nil
+				}
+				return "", keyfuncs.ErrNotApplicable
+			}))
+		}
+		if answer := rt.DenyResponse; answer != nil {
+			opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, d *core.Decision) {
+				status, body := answer(d)
+				c.Data(status, "text/plain; charset=utf-8", []byte(body))
+			}))
+		}
+		if answer := rt.ErrorResponse; answer != nil {
+			opts = append(opts, ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
+				status, body := answer(err)
+				c.Data(status, "text/plain; charset=utf-8", []byte(body))
+			}))
+		}
+		mw, err := ginlimit.New(rt.Limiter, opts...)
+		if err != nil {
+			t.Fatalf("ginlimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
+		}
+		next := rt.Handler
+		engine.Handle(rt.Method, rt.ColonPattern(), mw, func(c *gin.Context) {
+			if next != nil {
+				next()
+			}
+			c.String(http.StatusOK, "ok")
+		})
+	}
+	srv := httptest.NewServer(engine)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveGin})
+}
+
+func newLimiter(t testing.TB, rules ...core.Rule) *core.Limiter {
+	t.Helper()
+	p, err := core.NewPolicy(rules...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := core.NewLimiter(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func newMiddleware(t testing.TB, l *core.Limiter, opts ...ginlimit.Option) gin.HandlerFunc {
+	t.Helper()
+	mw, err := ginlimit.New(l, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(1), 1)}
+
+func TestNewRejects(t *testing.T) {
+	l := newLimiter(t, perUser)
+	user := ginlimit.WithKeyFunc(core.ScopeUser, func(*gin.Context) (string, error) { return "u", nil })
+	format, err := core.NewHeaderFormat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		l    *core.Limiter
+		opts []ginlimit.Option
+		in   string // in the message
+	}{
+		{"nil limiter", nil, []ginlimit.Option{user}, "nil limiter"},
+		{"nil option", l, []ginlimit.Option{user, nil}, "option 1 is nil"},
+		{"nil shared option", l, []ginlimit.Option{user, ginlimit.WithOptions(nil)}, "WithOptions: option 0 is nil"},
+		{"no key for a rule", l, nil, `rule "per-user" limits scope "user"`},
+		{"nil native key", l, []ginlimit.Option{ginlimit.WithKeyFunc(core.ScopeUser, nil)}, "WithKeyFunc"},
+		{"nil key", l, []ginlimit.Option{ginlimit.WithKey(core.ScopeUser, nil)}, "nil key function"},
+		{"scope twice", l, []ginlimit.Option{user, ginlimit.WithKey(core.ScopeUser, keyfuncs.Route())}, "given twice"},
+		{"global key", l, []ginlimit.Option{user, ginlimit.WithKeyFunc(core.ScopeGlobal, func(*gin.Context) (string, error) { return "", nil })}, "want user, ip, endpoint"},
+		{"nil plan", l, []ginlimit.Option{user, ginlimit.WithPlan(nil)}, "WithPlan"},
+		{"nil cost", l, []ginlimit.Option{user, ginlimit.WithCost(nil)}, "WithCost"},
+		{"nil skip", l, []ginlimit.Option{user, ginlimit.WithSkip(nil)}, "WithSkip"},
+		{"nil format", l, []ginlimit.Option{user, ginlimit.WithHeaderFormat(nil)}, "WithHeaderFormat"},
+		{"nil deny handler", l, []ginlimit.Option{user, ginlimit.WithDenyHandler(nil)}, "WithDenyHandler"},
+		{"nil error handler", l, []ginlimit.Option{user, ginlimit.WithErrorHandler(nil)}, "WithErrorHandler"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mw, err := ginlimit.New(tc.l, tc.opts...)
+			if mw != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
+				t.Fatalf("New = %p, %v; want nil, ErrInvalidOption mentioning %q", mw, err, tc.in)
+			}
+		})
+	}
+	// The same options, valid, build.
+	if _, err := ginlimit.New(l, user, ginlimit.WithHeaderFormat(format), ginlimit.WithHeadersOnAllow(false)); err != nil {
+		t.Fatalf("New with valid options: %v", err)
+	}
+}
+
+// do sends method path to h with header fields kv (name, value, ...) from
+// peer and returns the recorded response.
+func do(h http.Handler, method, path, peer string, kv ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = peer
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Header.Add(kv[i], kv[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestInstall: the middleware works wherever gin takes middleware: on a
+// group (RouterGroup.Use, or Group's own handlers), on one route, and on the
+// engine; the endpoint tier is keyed by method and full template, group
+// prefix included; routes without the middleware are not limited.
+func TestInstall(t *testing.T) {
+	const peer = "192.0.2.1:1234"
+	perEndpoint := core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerHour(1), 2)}
+	var mw gin.HandlerFunc // each case's own, made before its setup runs
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+
+	for _, tc := range []struct {
+		name  string
+		setup func(e *gin.Engine)
+		path  string // the middleware limits it
+		other string // a path another route serves, unlimited unless "" (engine-wide)
+	}{
+		{"group Use", func(e *gin.Engine) {
+			api := e.Group("/api")
+			api.Use(mw)
+			api.GET("/items/:id", ok)
+			e.GET("/health", ok)
+		}, "/api/items/%d", "/health"},
+		{"group handlers", func(e *gin.Engine) {
+			e.Group("/v2", mw).GET("/items/:id", ok)
+			e.GET("/health", ok)
+		}, "/v2/items/%d", "/health"},
+		{"route", func(e *gin.Engine) {
+			e.GET("/items/:id", mw, ok)
+			e.GET("/health", ok)
+		}, "/items/%d", "/health"},
+		{"engine Use", func(e *gin.Engine) {
+			e.Use(mw)
+			e.GET("/items/:id", ok)
+		}, "/items/%d", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mw = newMiddleware(t, newLimiter(t, perEndpoint))
+			e := gin.New()
+			tc.setup(e)
+			path := func(i int) string { return fmt.Sprintf(tc.path, i) }
+			for i, want := range []struct {
+				status    int
+				remaining string
+			}{{200, "1"}, {200, "0"}, {429, "0"}} {
+				w := do(e, "GET", path(i+1), peer)
+				if w.Code != want.status || w.Header().Get("X-RateLimit-Remaining") != want.remaining {
+					t.Fatalf("GET %s #%d = %d, X-RateLimit-Remaining %q; want %d, %q", path(i+1), i+1, w.Code, w.Header().Get("X-RateLimit-Remaining"), want.status, want.remaining)
+				}
+				if w.Code == 429 {
+					if ct := w.Header().Get("Content-Type"); ct != core.ContentTypeProblem {
+						t.Errorf("429 Content-Type = %q, want %q", ct, core.ContentTypeProblem)
+					}
+					if !strings.Contains(w.Body.String(), `"per-endpoint"`) {
+						t.Errorf("429 body = %q, want it to name per-endpoint", w.Body.String())
+					}
+				}
+			}
+			if tc.other != "" {
+				if w := do(e, "GET", tc.other, peer); w.Code != 200 || w.Header().Get("RateLimit") != "" {
+					t.Errorf("GET %s (no middleware) = %d, RateLimit %q; want 200 and no field", tc.other, w.Code, w.Header().Get("RateLimit"))
+				}
+			}
+		})
+	}
+}
+
+// TestEngineUseNoRoute: middleware installed with engine.Use also runs
+// before gin's 404, where there is no route: the per-ip tier applies, the
+// endpoint tier does not, and gin's 404 answer is kept when allowed.
+func TestEngineUseNoRoute(t *testing.T) {
+	mw := newMiddleware(t, newLimiter(t,
+		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 2)},
+		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerHour(1), 100)},
+	))
+	e := gin.New()
+	e.Use(mw)
+	e.GET("/items/:id", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	for i, want := range []struct {
+		path, policy string
+		status       int
+	}{
+		{"/nowhere", `"per-ip";q=2;w=7200`, 404},
+		{"/items/1", `"per-ip";q=2;w=7200, "per-endpoint";q=100;w=360000`, 200},
+		{"/nowhere", `"per-ip";q=2;w=7200`, 429},
+	} {
+		w := do(e, "GET", want.path, "192.0.2.1:1234")
+		if w.Code != want.status || w.Header().Get("RateLimit-Policy") != want.policy {
+			t.Errorf("#%d GET %s = %d, RateLimit-Policy %q; want %d, %q", i+1, want.path, w.Code, w.Header().Get("RateLimit-Policy"), want.status, want.policy)
+		}
+	}
+}
+
+// TestHandlers: what the deny and error handlers find when they run, and
+// what the defaults answer.
+func TestHandlers(t *testing.T) {
+	const peer = "192.0.2.1:1234"
+	user := ginlimit.WithKeyFunc(core.ScopeUser, func(c *gin.Context) (string, error) {
+		if u := c.GetHeader("X-User"); u != "" {
+			return u, nil
+		}
+		if c.GetHeader("X-Broken") != "" {
+			return "", errors.New("directory at 10.0.0.9 unreachable")
+		}
+		return "", keyfuncs.ErrNotApplicable
+	})
+	var nextRan int
+	next := func(c *gin.Context) {
+		nextRan++
+		c.String(http.StatusOK, "ok")
+	}
+	t.Run("deny handler writing only a body", func(t *testing.T) {
+		var aborted bool
+		var retry string
+		mw := newMiddleware(t, newLimiter(t, perUser), user, ginlimit.WithDenyHandler(func(c *gin.Context, d *core.Decision) {
+			aborted, retry = c.IsAborted(), c.Writer.Header().Get("Retry-After")
+			c.Writer.WriteString("slow down " + d.Rule)
+		}))
+		e := gin.New()
+		e.GET("/", mw, next)
+		nextRan = 0
+		do(e, "GET", "/", peer, "X-User", "ann")
+		w := do(e, "GET", "/", peer, "X-User", "ann")
+		if w.Code != 429 || w.Body.String() != "slow down per-user" || !aborted || retry != "60" || nextRan != 1 {
+			t.Errorf("denied: %d %q, aborted %v, Retry-After %q, next ran %d; want 429 \"slow down per-user\", true, \"60\", 1", w.Code, w.Body.String(), aborted, retry, nextRan)
+		}
+	})
+	t.Run("default error handler", func(t *testing.T) {
+		var logged []string
+		mw := newMiddleware(t, newLimiter(t, perUser), user)
+		e := gin.New()
+		e.Use(func(c *gin.Context) {
+			c.Next()
+			logged = c.Errors.Errors()
+		})
+		e.GET("/", mw, next)
+		nextRan = 0
+		w := do(e, "GET", "/", peer, "X-Broken", "1")
+		if w.Code != 500 || strings.Contains(w.Body.String(), "10.0.0.9") || nextRan != 0 {
+			t.Errorf("key error: %d %q, next ran %d; want 500 with no detail, 0", w.Code, w.Body.String(), nextRan)
+		}
+		if len(logged) != 1 || !strings.Contains(logged[0], "10.0.0.9") {
+			t.Errorf("c.Errors = %q, want the key error", logged)
+		}
+	})
+	t.Run("error handler writing nothing", func(t *testing.T) {
+		var got error
+		mw := newMiddleware(t, newLimiter(t, perUser), user, ginlimit.WithErrorHandler(func(c *gin.Context, err error) { got = err }))
+		e := gin.New()
+		e.GET("/", mw, next)
+		nextRan = 0
+		w := do(e, "GET", "/", peer, "X-User", strings.Repeat("u", core.MaxKeyLen+1))
+		if w.Code != 400 || !errors.Is(got, core.ErrInvalidKey) || nextRan != 0 {
+			t.Errorf("long key: %d, err %v, next ran %d; want 400, ErrInvalidKey, 0", w.Code, got, nextRan)
+		}
+	})
+	t.Run("context without request", func(t *testing.T) {
+		mw := newMiddleware(t, newLimiter(t, perUser), user)
+		w := httptest.NewRecorder()
+		c, _ := gin.CreateTestContext(w)
+		mw(c)
+		if !c.IsAborted() || w.Code != 500 {
+			t.Errorf("no request: aborted %v, %d; want true, 500", c.IsAborted(), w.Code)
+		}
+	})
+}
+
+// TestClientIPIgnoresEngine: the engine trusts every proxy by default, so
+// c.ClientIP believes a forged X-Forwarded-For; the limiter does not.
+func TestClientIPIgnoresEngine(t *testing.T) {
+	mw := newMiddleware(t, newLimiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 1)}))
+	e := gin.New()
+	var seen []string
+	e.GET("/", mw, func(c *gin.Context) { seen = append(seen, c.ClientIP()) })
+	first := do(e, "GET", "/", "192.0.2.1:1234", "X-Forwarded-For", "203.0.113.1")
+	second := do(e, "GET", "/", "192.0.2.1:1234", "X-Forwarded-For", "203.0.113.2")
+	if first.Code != 200 || second.Code != 429 {
+		t.Errorf("statuses %d, %d; want 200, 429: one peer, one bucket", first.Code, second.Code)
+	}
+	if len(seen) != 1 || seen[0] != "203.0.113.1" {
+		t.Errorf("c.ClientIP() = %q, want [203.0.113.1] (gin's default trusts the header)", seen)
+	}
+}
