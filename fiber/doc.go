@@ -1,0 +1,114 @@
+// Package fiberlimit is the fiber (v2) middleware of ratelimit: it limits
+// the requests of a fiber app with a core.Limiter, writes the rate-limit
+// header fields, and answers denials with 429 and a problem body.
+//
+// The package is named fiberlimit, not fiber, so that it can be imported
+// beside github.com/gofiber/fiber/v2 without renaming either; its import
+// path is github.com/bucketry/ratelimit/fiber:
+//
+//	import (
+//		"github.com/gofiber/fiber/v2"
+//
+//		"github.com/bucketry/ratelimit/core"
+//		fiberlimit "github.com/bucketry/ratelimit/fiber"
+//	)
+//
+// Build the middleware once with New, then install it on each route:
+//
+//	policy, err := core.NewPolicy(
+//		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(60), 10)},
+//		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerSecond(100), 200)},
+//	)
+//	limiter, err := core.NewLimiter(policy)
+//	rl, err := fiberlimit.New(limiter)
+//	app := fiber.New()
+//	app.Get("/items/:id", rl, items)
+//	api := app.Group("/api")
+//	api.Get("/users/:id", rl, users) // endpoint "GET /api/users/:id"
+//
+// # Per route, or app.Use
+//
+// The endpoint scope is keyed by the method and the template of the route
+// that matched ("GET /items/:id", so that /items/1 and /items/2 share a
+// bucket), read from fiber's c.Route() while the middleware runs. Installed
+// on a route, as above, that is the route. Installed with app.Use(rl),
+// group.Use(rl) or app.Group("/api", rl), the middleware runs in fiber's Use
+// route, before fiber has matched the final one, and c.Route() is the Use
+// route itself ("/" or the group's prefix). The request view then reports
+// no route, so the endpoint tiers do not apply there (it never falls back
+// to the request's path, which would give clients a bucket per path they
+// invent); the ip, user, global and custom tiers do, to every request the
+// Use route sees, including requests that end in fiber's 404. Use per-route
+// installation for endpoint limits; one middleware value may be installed
+// on any number of routes, each keyed by its own template.
+//
+// fiber's app.Get registers a HEAD route beside the GET one, with the same
+// handlers; a HEAD request is keyed "HEAD /items/:id", a bucket of its own.
+// (net/http's ServeMux serves HEAD from the GET pattern, so there HEAD
+// counts against "GET /items/{id}".) To count both against one bucket, key
+// the endpoint scope with WithKey(core.ScopeEndpoint, keyfuncs.Route()),
+// the template alone.
+//
+// # Keys
+//
+// By default the ip scope is keyed by the TCP peer, c.Context().RemoteAddr()
+// (no proxy is trusted, so a forged X-Forwarded-For changes nothing; fiber's
+// own ProxyHeader and trusted-proxy settings are not consulted), and the
+// endpoint scope by the route template. WithKey sets a scope's key function
+// from package keyfuncs (keyfuncs.ClientIP with trusted proxies,
+// keyfuncs.Header, keyfuncs.APIKey, keyfuncs.FromContext over
+// c.UserContext(), ...), which work in every adapter; WithKeyFunc takes a
+// native func(*fiber.Ctx) (string, error) instead, for values such as
+// c.Locals set by an authentication middleware. WithPlan, WithCost and
+// WithSkip select the plan, price requests and exempt them. WithOptions
+// passes keyfuncs options as they are, so that the net/http, gin, fiber and
+// gRPC middleware of one service share one option list.
+//
+// fasthttp reuses a connection's buffers for its next request, and fiber's
+// strings alias them unless the app is Immutable. Keys outlive the request
+// (the memory store keeps them in its table), so the middleware copies:
+// the header values and address the key functions read are fresh strings,
+// and the key a WithKeyFunc function returns is copied before it reaches
+// the limiter. Key functions may therefore return c.Get("X-User") as it is.
+//
+// # What clients see
+//
+// An allowed response carries X-RateLimit-Limit, X-RateLimit-Remaining,
+// X-RateLimit-Reset (Unix seconds), RateLimit-Policy and RateLimit, as
+// core.HeaderFormat documents (WithHeaderFormat, WithHeadersOnAllow), set
+// with fasthttp's Header.Set before the next handler runs. A denied request
+// gets the same fields with Retry-After (whole seconds, rounded up) and
+// Cache-Control: no-store, status 429 and an application/problem+json body
+// of type https://iana.org/assignments/http-problem-types#quota-exceeded
+// naming the violated tiers; the next handler is not called. When the store
+// fails, the limiter's core.FailureMode decides: under FailOpen the request
+// goes on without rate-limit fields, under FailClosed it gets 503 with
+// Retry-After. WithDenyHandler replaces the body and status of denials.
+//
+// A request that cannot be decided goes to the error handler
+// (WithErrorHandler): by default 400 when the client sent input no limit
+// accepts (a key over core.MaxKeyLen bytes, a negative cost) and 500 when a
+// key, plan or cost function failed, each with only its status text as the
+// body. The answers are written directly, not returned as errors, because
+// fiber's DefaultErrorHandler would send the error's text to the client.
+//
+// # Context and waiting
+//
+// Key functions and the store get c.UserContext(). fasthttp does not cancel
+// a request's context when the client disconnects, so a shaping tier's
+// delay (core.Shaping) is waited out in full unless the app bounds it,
+// for example with fiber's timeout.NewWithContext around the middleware; a
+// context that ends is returned to fiber as its own error (the timeout
+// middleware answers 408).
+//
+// # Cost
+//
+// With the default keys, an allowed request on the in-memory store costs
+// the middleware three allocations: the TCP peer's address, the client-IP
+// key built from it, and one string holding every header value
+// (core.HeaderFormat); fasthttp copies names and values into buffers it
+// reuses, and the endpoint key and route template cost nothing. Each header
+// a key function reads adds two (a copy of its lines and their slice), and
+// each native key one (its copy). See BenchmarkMiddleware, which runs
+// fiber's own middleware/limiter beside it.
+package fiberlimit

@@ -1,0 +1,744 @@
+package fiberlimit_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/timeout"
+	"github.com/valyala/fasthttp"
+
+	"github.com/bucketry/ratelimit/conformance"
+	"github.com/bucketry/ratelimit/core"
+	fiberlimit "github.com/bucketry/ratelimit/fiber"
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// trackingListener reports when the server first calls Accept, and keeps
+// the connections it accepts. fasthttp registers the listener before it
+// calls Accept, so from then on app.Shutdown closes it; shutting down
+// before would leave Serve running.
+type trackingListener struct {
+	net.Listener
+	once  sync.Once
+	ready chan struct{}
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.ready) })
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// closeConns closes every connection accepted. fasthttp marks a new
+// connection active before it has read a byte, and Shutdown waits for
+// active connections: a client's spare connection that never carries a
+// request (net/http's Transport dials some under concurrency) would hold
+// it up until the client closes it, after this server's cleanup.
+func (l *trackingListener) closeConns() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close() // already closed by the server or client: no matter
+	}
+}
+
+// serveApp serves app on a fresh loopback port until the test ends, and
+// returns its base URL. It fails t if the server cannot start or stops
+// with an error.
+func serveApp(t testing.TB, app *fiber.App) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen on 127.0.0.1:0: %v", err)
+	}
+	tl := &trackingListener{Listener: ln, ready: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- app.Listener(tl) }()
+	select {
+	case <-tl.ready:
+	case err := <-done:
+		t.Fatalf("fiber app.Listener: %v", err)
+	case <-time.After(10 * time.Second):
+		ln.Close()
+		t.Fatal("fiber app.Listener did not start accepting within 10s")
+	}
+	t.Cleanup(func() {
+		// The test's requests are over: cut every connection, then stop.
+		tl.closeConns()
+		if err := app.ShutdownWithTimeout(10 * time.Second); err != nil {
+			t.Errorf("fiber app.Shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("fiber app.Listener: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// newApp returns an app that prints nothing at startup.
+func newApp(cfg ...fiber.Config) *fiber.App {
+	c := fiber.Config{}
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	c.DisableStartupMessage = true
+	return fiber.New(c)
+}
+
+// serveFiber is the conformance harness: a fiber app on a real loopback
+// listener, each route registered at rt.Method and rt.ColonPattern() with
+// its own middleware in front of its handler. Paths no route matches get
+// fiber's 404.
+func serveFiber(t testing.TB, routes []conformance.HTTPRoute) string {
+	t.Helper()
+	app := newApp()
+	for _, rt := range routes {
+		opts := []fiberlimit.Option{fiberlimit.WithOptions(rt.Options...)}
+		if h := rt.NativeUserHeader; h != "" {
+			opts = append(opts, fiberlimit.WithKeyFunc(core.ScopeUser, func(c *fiber.Ctx) (string, error) {
+				if v := c.Get(h); v != "" {
+					return v, nil // aliases fasthttp's buffer: the middleware copies it
+				}
+				return "", keyfuncs.ErrNotApplicable
+			}))
+		}
+		if answer := rt.DenyResponse; answer != nil {
+			opts = append(opts, fiberlimit.WithDenyHandler(func(c *fiber.Ctx, d *core.Decision) error {
+				status, body := answer(d)
+				c.Set(fiber.HeaderContentType, "text/plain; charset=utf-8")
+				return c.Status(status).SendString(body)
+			}))
+		}
+		if answer := rt.ErrorResponse; answer != nil {
+			opts = append(opts, fiberlimit.WithErrorHandler(func(c *fiber.Ctx, err error) error {
+				status, body := answer(err)
+				c.Set(fiber.HeaderContentType, "text/plain; charset=utf-8")
+				return c.Status(status).SendString(body)
+			}))
+		}
+		mw, err := fiberlimit.New(rt.Limiter, opts...)
+		if err != nil {
+			t.Fatalf("fiberlimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
+		}
+		next := rt.Handler
+		app.Add(rt.Method, rt.ColonPattern(), mw, func(c *fiber.Ctx) error {
+			if next != nil {
+				next()
+			}
+			return c.SendString("ok")
+		})
+	}
+	return serveApp(t, app)
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveFiber})
+}
+
+func newLimiter(t testing.TB, rules ...core.Rule) *core.Limiter {
+	t.Helper()
+	return newLimiterWith(t, nil, rules...)
+}
+
+func newLimiterWith(t testing.TB, opts []core.Option, rules ...core.Rule) *core.Limiter {
+	t.Helper()
+	p, err := core.NewPolicy(rules...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := core.NewLimiter(p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(1), 1)}
+
+func TestNewRejects(t *testing.T) {
+	l := newLimiter(t, perUser)
+	user := fiberlimit.WithKeyFunc(core.ScopeUser, func(*fiber.Ctx) (string, error) { return "u", nil })
+	format, err := core.NewHeaderFormat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		l    *core.Limiter
+		opts []fiberlimit.Option
+		in   string // in the message
+	}{
+		{"nil limiter", nil, []fiberlimit.Option{user}, "nil limiter"},
+		{"nil option", l, []fiberlimit.Option{user, nil}, "option 1 is nil"},
+		{"nil shared option", l, []fiberlimit.Option{user, fiberlimit.WithOptions(nil)}, "WithOptions: option 0 is nil"},
+		{"no key for a rule", l, nil, `rule "per-user" limits scope "user"`},
+		{"nil native key", l, []fiberlimit.Option{fiberlimit.WithKeyFunc(core.ScopeUser, nil)}, "WithKeyFunc"},
+		{"nil key", l, []fiberlimit.Option{fiberlimit.WithKey(core.ScopeUser, nil)}, "nil key function"},
+		{"scope twice", l, []fiberlimit.Option{user, fiberlimit.WithKey(core.ScopeUser, keyfuncs.Route())}, "given twice"},
+		{"global key", l, []fiberlimit.Option{user, fiberlimit.WithKeyFunc(core.ScopeGlobal, func(*fiber.Ctx) (string, error) { return "", nil })}, "want user, ip, endpoint"},
+		{"nil plan", l, []fiberlimit.Option{user, fiberlimit.WithPlan(nil)}, "WithPlan"},
+		{"nil cost", l, []fiberlimit.Option{user, fiberlimit.WithCost(nil)}, "WithCost"},
+		{"nil skip", l, []fiberlimit.Option{user, fiberlimit.WithSkip(nil)}, "WithSkip"},
+		{"nil format", l, []fiberlimit.Option{user, fiberlimit.WithHeaderFormat(nil)}, "WithHeaderFormat"},
+		{"nil deny handler", l, []fiberlimit.Option{user, fiberlimit.WithDenyHandler(nil)}, "WithDenyHandler"},
+		{"nil error handler", l, []fiberlimit.Option{user, fiberlimit.WithErrorHandler(nil)}, "WithErrorHandler"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := fiberlimit.New(tc.l, tc.opts...)
+			if h != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
+				t.Fatalf("New = %p, %v; want nil and ErrInvalidOption mentioning %q", h, err, tc.in)
+			}
+		})
+	}
+	// The same options, valid, build.
+	if _, err := fiberlimit.New(l, user, fiberlimit.WithHeaderFormat(format), fiberlimit.WithHeadersOnAllow(false)); err != nil {
+		t.Fatalf("New with valid options: %v", err)
+	}
+}
+
+// recordingStore is a core.Store that keeps every key it is given, as a
+// store that batches or caches keys would, without copying them, in front
+// of a MemoryStore.
+type recordingStore struct {
+	next core.Store
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *recordingStore) Take(ctx context.Context, t *core.Take) error {
+	s.mu.Lock()
+	for _, b := range t.Buckets {
+		s.keys = append(s.keys, b.Key)
+	}
+	s.mu.Unlock()
+	return s.next.Take(ctx, t)
+}
+
+func (s *recordingStore) recorded() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...)
+}
+
+// conn is one client connection that sends requests one after another,
+// so that fasthttp serves them all with the same buffers.
+type conn struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dial(t *testing.T, base string) *conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &conn{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+// get sends GET path with header fields kv (name, value, ...) and returns
+// the response, its body read.
+func (c *conn) get(path string, kv ...string) (*http.Response, string) {
+	c.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: test\r\n", path)
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(&b, "%s: %s\r\n", kv[i], kv[i+1])
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(c.c, b.String()); err != nil {
+		c.t.Fatalf("GET %s: %v", path, err)
+	}
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		c.t.Fatalf("GET %s: %v", path, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		c.t.Fatalf("GET %s: reading the body: %v", path, err)
+	}
+	return resp, string(body)
+}
+
+// TestKeysOutliveRequest: fasthttp serves the requests of one connection
+// with the same buffers, and fiber's strings (c.Get) alias them. Keys from
+// a framework-neutral key function (keyfuncs.Header) and from a native one
+// returning c.Get as it is must stay intact after their request ends: a
+// store that keeps the keys it was given still holds them unchanged after
+// later requests wrote other values of the same length into those buffers,
+// and the memory store still has each client's own bucket.
+func TestKeysOutliveRequest(t *testing.T) {
+	header, err := keyfuncs.Header("X-User")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 3)}
+	for _, tc := range []struct {
+		name string
+		opt  fiberlimit.Option
+	}{
+		{"neutral", fiberlimit.WithKey(core.ScopeUser, header)},
+		{"native", fiberlimit.WithKeyFunc(core.ScopeUser, func(c *fiber.Ctx) (string, error) {
+			if v := c.Get("X-User"); v != "" {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem, err := core.NewMemoryStore(core.WithClock(core.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := &recordingStore{next: mem}
+			l := newLimiterWith(t, []core.Option{core.WithStore(store)}, rule)
+			mw, err := fiberlimit.New(l, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := newApp()
+			app.Get("/k", mw, func(c *fiber.Ctx) error { return c.SendString("ok") })
+			c := dial(t, serveApp(t, app))
+
+			// Same length, so that each value overwrites the last in place.
+			users := []string{"alice-0001", "bobby-0002", "carol-0003"}
+			for _, u := range users {
+				resp, body := c.get("/k", "X-User", u)
+				if resp.StatusCode != http.StatusOK || body != "ok" {
+					t.Fatalf("GET /k [X-User: %s] = %d %q, want 200 \"ok\"", u, resp.StatusCode, body)
+				}
+				// Each user's bucket is fresh: burst 3, one taken.
+				if got := resp.Header.Get("X-RateLimit-Remaining"); got != "2" {
+					t.Errorf("GET /k [X-User: %s]: X-RateLimit-Remaining = %q, want \"2\" (a fresh bucket)", u, got)
+				}
+			}
+			// alice's bucket has kept its own state: one token gone.
+			resp, _ := c.get("/k", "X-User", users[0])
+			if got := resp.Header.Get("X-RateLimit-Remaining"); got != "1" {
+				t.Errorf("GET /k [X-User: %s] again: X-RateLimit-Remaining = %q, want \"1\" (its bucket, not a fresh one)", users[0], got)
+			}
+			if got, want := store.recorded(), append(users, users[0]); !equal(got, want) {
+				t.Errorf("keys the store was given, read after the requests ended = %q, want %q", got, want)
+			}
+			// The memory store, read directly: three buckets, each with its
+			// own state.
+			if n := mem.Stats().Keys; n != 3 {
+				t.Errorf("memory store holds %d buckets, want 3", n)
+			}
+			for i, u := range users {
+				want := int64(2)
+				if i == 0 {
+					want = 1
+				}
+				d, err := l.AllowN(context.Background(), core.Request{User: u}, 0)
+				if err != nil || d.Remaining != want {
+					t.Errorf("AllowN({User: %q}, 0) = Remaining %d, %v; want %d", u, d.Remaining, err, want)
+				}
+			}
+		})
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// appGet sends GET path through app with app.Test and header fields kv.
+func appGet(t *testing.T, app *fiber.App, path string, kv ...string) (*http.Response, string) {
+	t.Helper()
+	r := httptest.NewRequest("GET", path, nil)
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Header.Add(kv[i], kv[i+1])
+	}
+	resp, err := app.Test(r, -1)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(body)
+}
+
+// TestUseRoute: installed with app.Use or on a group, the middleware runs
+// in fiber's Use route, before the final route is matched: the route is
+// unknown there, so the endpoint tier does not apply (the per-ip tier
+// does); installed on the route, it does, keyed by the template with the
+// group's prefix.
+func TestUseRoute(t *testing.T) {
+	rules := []core.Rule{
+		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1)},
+		{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 100)},
+	}
+	const (
+		both   = `"per-endpoint";q=1;w=60, "per-ip";q=100;w=6000`
+		ipOnly = `"per-ip";q=100;w=6000`
+	)
+	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
+	var endpoints []string
+	recordEndpoint := fiberlimit.WithKey(core.ScopeEndpoint, func(r keyfuncs.Request) (string, error) {
+		k, err := keyfuncs.Endpoint()(r)
+		endpoints = append(endpoints, fmt.Sprintf("%q %v", k, err))
+		return k, err
+	})
+	for _, tc := range []struct {
+		name     string
+		setup    func(app *fiber.App, mw fiber.Handler)
+		path     string
+		policy   string
+		endpoint string
+	}{
+		{"route", func(app *fiber.App, mw fiber.Handler) { app.Get("/items/:id", mw, ok) },
+			"/items/1", both, `"GET /items/:id" <nil>`},
+		{"group route", func(app *fiber.App, mw fiber.Handler) { app.Group("/api").Get("/items/:id", mw, ok) },
+			"/api/items/1", both, `"GET /api/items/:id" <nil>`},
+		{"app.Use", func(app *fiber.App, mw fiber.Handler) { app.Use(mw); app.Get("/items/:id", ok) },
+			"/items/1", ipOnly, `"" keyfuncs: tier does not apply`},
+		{"group with handler", func(app *fiber.App, mw fiber.Handler) { app.Group("/api", mw).Get("/items/:id", ok) },
+			"/api/items/1", ipOnly, `"" keyfuncs: tier does not apply`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			endpoints = nil
+			mw, err := fiberlimit.New(newLimiter(t, rules...), recordEndpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := newApp()
+			tc.setup(app, mw)
+			resp, body := appGet(t, app, tc.path)
+			if resp.StatusCode != http.StatusOK || body != "ok" {
+				t.Fatalf("GET %s = %d %q, want 200 \"ok\"", tc.path, resp.StatusCode, body)
+			}
+			if got := resp.Header.Get("RateLimit-Policy"); got != tc.policy {
+				t.Errorf("GET %s: RateLimit-Policy = %q, want %q", tc.path, got, tc.policy)
+			}
+			if len(endpoints) != 1 || endpoints[0] != tc.endpoint {
+				t.Errorf("GET %s: endpoint key %q, want [%s]", tc.path, endpoints, tc.endpoint)
+			}
+		})
+	}
+	// Under app.Use, a path no route matches still passes the middleware
+	// (and takes a per-ip token) before fiber's 404; it gets no endpoint
+	// bucket.
+	mw, err := fiberlimit.New(newLimiter(t, rules...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := newApp()
+	app.Use(mw)
+	app.Get("/items/:id", ok)
+	resp, _ := appGet(t, app, "/nowhere")
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("RateLimit-Policy") != ipOnly {
+		t.Errorf("app.Use: GET /nowhere = %d, RateLimit-Policy %q; want 404 and %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"), ipOnly)
+	}
+}
+
+// TestRequestView: what framework-neutral key functions read through the
+// view: every line of a header in order, matched case-insensitively (also
+// when the app keeps names as received), the method, the route, the TCP
+// peer and the user context.
+func TestRequestView(t *testing.T) {
+	type ctxKey struct{}
+	for _, disable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableHeaderNormalizing=%v", disable), func(t *testing.T) {
+			var got []string
+			probe := fiberlimit.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
+				got = append(got,
+					fmt.Sprintf("values %q", r.Values("X-Multi")),
+					fmt.Sprintf("lower %q", r.Values("x-multi")),
+					fmt.Sprintf("absent %q", r.Values("X-Absent")),
+					fmt.Sprintf("method %q", r.Method()),
+					fmt.Sprintf("route %q", r.Route()),
+					fmt.Sprintf("full method %q", r.FullMethod()),
+					fmt.Sprintf("context %v", r.Context().Value(ctxKey{})),
+				)
+				if _, _, err := net.SplitHostPort(r.RemoteAddr()); err != nil || !strings.HasPrefix(r.RemoteAddr(), "127.0.0.1:") {
+					t.Errorf("RemoteAddr() = %q, want 127.0.0.1:port", r.RemoteAddr())
+				}
+				return "u", nil
+			})
+			mw, err := fiberlimit.New(newLimiter(t, perUser), probe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := newApp(fiber.Config{DisableHeaderNormalizing: disable, RequestMethods: append(fiber.DefaultMethods[:len(fiber.DefaultMethods):len(fiber.DefaultMethods)], "PURGE")})
+			app.Add("PURGE", "/v/:id", func(c *fiber.Ctx) error {
+				c.SetUserContext(context.WithValue(c.UserContext(), ctxKey{}, "from-auth"))
+				return c.Next()
+			}, mw, func(c *fiber.Ctx) error { return c.SendString("ok") })
+			c := dial(t, serveApp(t, app))
+			if _, err := io.WriteString(c.c, "PURGE /v/7 HTTP/1.1\r\nHost: test\r\nX-Multi: a, b\r\nx-multi: c\r\nX-MULTI: \r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(c.br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("PURGE /v/7 = %d, want 200", resp.StatusCode)
+			}
+			want := []string{
+				`values ["a, b" "c" ""]`,
+				`lower ["a, b" "c" ""]`,
+				`absent []`,
+				`method "PURGE"`,
+				`route "/v/:id"`,
+				`full method ""`,
+				`context from-auth`,
+			}
+			if !equal(got, want) {
+				t.Errorf("the view read\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// TestDenyHandlerStatus: a deny handler that writes only a body still
+// answers 429, with the rate-limit fields set, and its error goes to the
+// app's error handler.
+func TestDenyHandlerStatus(t *testing.T) {
+	errDenied := errors.New("denied")
+	for _, tc := range []struct {
+		name   string
+		deny   func(*fiber.Ctx, *core.Decision) error
+		status int
+		body   string
+	}{
+		{"body only", func(c *fiber.Ctx, d *core.Decision) error { return c.SendString("slow down: " + d.Rule) }, 429, "slow down: global"},
+		{"error", func(*fiber.Ctx, *core.Decision) error { return errDenied }, 418, "from the app"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLimiter(t, core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerMinute(1), 1)})
+			mw, err := fiberlimit.New(l, fiberlimit.WithDenyHandler(tc.deny))
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := newApp(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
+				if !errors.Is(err, errDenied) {
+					t.Errorf("app ErrorHandler got %v, want the deny handler's error", err)
+				}
+				return c.Status(418).SendString("from the app")
+			}})
+			calls := 0
+			app.Get("/", mw, func(c *fiber.Ctx) error { calls++; return nil })
+			appGet(t, app, "/")
+			resp, body := appGet(t, app, "/")
+			if resp.StatusCode != tc.status || body != tc.body {
+				t.Errorf("GET / = %d %q, want %d %q", resp.StatusCode, body, tc.status, tc.body)
+			}
+			if got := resp.Header.Get("Retry-After"); got != "60" {
+				t.Errorf("Retry-After = %q, want \"60\"", got)
+			}
+			if calls != 1 {
+				t.Errorf("the handler ran %d times, want 1", calls)
+			}
+		})
+	}
+}
+
+// TestContextEnded: a shaping delay is waited out until the request's
+// UserContext ends. Here an earlier handler gives the second request a
+// context whose deadline has passed, as fiber's timeout middleware would
+// once its time is up: the middleware returns the context's error to fiber
+// (the timeout middleware answers 408 for it, fiber's DefaultErrorHandler
+// 500), or hands it to a custom error handler with no status set; the next
+// handler is not called.
+func TestContextEnded(t *testing.T) {
+	shaping := core.Rule{Name: "shape", Scope: core.ScopeGlobal, Limit: core.Shaping(core.PerHour(1), 1, time.Hour)}
+	expire := func(c *fiber.Ctx) error {
+		if c.Get("X-Expire") != "" {
+			ctx, cancel := context.WithDeadline(c.UserContext(), time.Unix(0, 0))
+			defer cancel()
+			c.SetUserContext(ctx)
+		}
+		return c.Next()
+	}
+	for _, tc := range []struct {
+		name    string
+		opts    []fiberlimit.Option
+		timeout bool // wrap the middleware in timeout.NewWithContext
+		status  int
+	}{
+		{"timeout middleware", nil, true, fiber.StatusRequestTimeout},
+		{"no timeout middleware", nil, false, fiber.StatusInternalServerError},
+		{"error handler", []fiberlimit.Option{fiberlimit.WithErrorHandler(func(c *fiber.Ctx, err error) error {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("error handler got %v, want context.DeadlineExceeded", err)
+			}
+			if got := c.Response().StatusCode(); got != fiber.StatusOK {
+				t.Errorf("error handler: pending status %d, want fiber's default 200 (none set)", got)
+			}
+			return c.Status(499).SendString("gone")
+		})}, false, 499},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mw, err := fiberlimit.New(newLimiter(t, shaping), tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.timeout {
+				mw = timeout.NewWithContext(mw, time.Hour)
+			}
+			app := newApp()
+			calls := 0
+			app.Get("/", expire, mw, func(c *fiber.Ctx) error { calls++; return nil })
+			if resp, _ := appGet(t, app, "/"); resp.StatusCode != http.StatusOK {
+				t.Fatalf("first GET / = %d, want 200", resp.StatusCode)
+			}
+			// The second would wait an hour for its slot.
+			if resp, body := appGet(t, app, "/", "X-Expire", "1"); resp.StatusCode != tc.status {
+				t.Errorf("second GET / = %d %q, want %d", resp.StatusCode, body, tc.status)
+			}
+			if calls != 1 {
+				t.Errorf("the handler ran %d times, want 1", calls)
+			}
+		})
+	}
+}
+
+// TestDefaultErrors: with the default error handler, a failing key function
+// is a 500 and a key too long a 400, with the status text as a plain-text
+// body, whatever the app's ErrorHandler would have said.
+func TestDefaultErrors(t *testing.T) {
+	errKey := errors.New("user directory at 10.0.0.9 is down")
+	long := strings.Repeat("u", core.MaxKeyLen+1)
+	for _, tc := range []struct {
+		name   string
+		key    func(*fiber.Ctx) (string, error)
+		status int
+	}{
+		{"failing key", func(*fiber.Ctx) (string, error) { return "", errKey }, 500},
+		{"key too long", func(*fiber.Ctx) (string, error) { return long, nil }, 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mw, err := fiberlimit.New(newLimiter(t, perUser), fiberlimit.WithKeyFunc(core.ScopeUser, tc.key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := newApp(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
+				t.Errorf("app ErrorHandler called with %v", err)
+				return fiber.DefaultErrorHandler(c, err)
+			}})
+			app.Get("/", mw, func(c *fiber.Ctx) error { t.Error("the handler ran"); return nil })
+			resp, body := appGet(t, app, "/")
+			if resp.StatusCode != tc.status || body != http.StatusText(tc.status) || resp.Header.Get("Content-Type") != fiber.MIMETextPlainCharsetUTF8 {
+				t.Errorf("GET / = %d %q (%s), want %d %q (%s)", resp.StatusCode, body, resp.Header.Get("Content-Type"),
+					tc.status, http.StatusText(tc.status), fiber.MIMETextPlainCharsetUTF8)
+			}
+		})
+	}
+}
+
+// TestRemoteAddr: the view's RemoteAddr spells the TCP peer as
+// net.TCPAddr.String does (and net/http's Request.RemoteAddr), whatever
+// form fasthttp's address takes, and falls back to String for others.
+func TestRemoteAddr(t *testing.T) {
+	for _, addr := range []net.Addr{
+		&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1).To4(), Port: 1234},
+		&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}, // 16-byte form
+		&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443},
+		&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 80, Zone: "eth0"},
+		&net.TCPAddr{IP: net.IPv4zero, Port: 0},
+		&net.TCPAddr{Port: 8080}, // no IP
+		&net.UnixAddr{Name: "@", Net: "unix"},
+	} {
+		var got string
+		mw, err := fiberlimit.New(newLimiter(t, perUser), fiberlimit.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
+			got = r.RemoteAddr()
+			return "u", nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := newApp()
+		app.Get("/", mw, func(c *fiber.Ctx) error { return nil })
+		var req fasthttp.Request
+		req.SetRequestURI("/")
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, addr, nil)
+		app.Handler()(&ctx)
+		if want := addr.String(); got != want {
+			t.Errorf("RemoteAddr() for %#v = %q, want %q", addr, got, want)
+		}
+	}
+}
+
+// FuzzValues: every line of a header comes back in order, whatever its
+// bytes and however the name is cased, and stays as it was after fasthttp
+// reuses the request's buffers for another request.
+func FuzzValues(f *testing.F) {
+	f.Add("203.0.113.7", "198.51.100.1, 10.0.0.1", true)
+	f.Add("", "x", false)
+	f.Fuzz(func(t *testing.T, a, b string, lower bool) {
+		name := "X-Multi"
+		if lower {
+			name = "x-multi"
+		}
+		var got []string
+		mw, err := fiberlimit.New(newLimiter(t, perUser), fiberlimit.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
+			got = r.Values(name)
+			return "u", nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := newApp()
+		app.Get("/", mw, func(c *fiber.Ctx) error { return nil })
+		h := app.Handler()
+		var req fasthttp.Request
+		req.SetRequestURI("/")
+		req.Header.Add("X-Multi", a)
+		req.Header.Add("X-Other", "o")
+		req.Header.Add("X-Multi", b)
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}, nil)
+		h(&ctx)
+		want := []string{a, b}
+		if !equal(got, want) {
+			t.Fatalf("Values(%q) = %q, want %q", name, got, want)
+		}
+		// The next request on the connection overwrites the same buffers.
+		ctx.Request.Header.Reset()
+		ctx.Request.SetRequestURI("/")
+		ctx.Request.Header.Add("X-Multi", strings.Repeat("z", len(a)))
+		ctx.Request.Header.Add("X-Multi", strings.Repeat("z", len(b)))
+		keep := got
+		h(&ctx)
+		if !equal(keep, want) {
+			t.Fatalf("after the next request, the first request's Values = %q, want %q", keep, want)
+		}
+	})
+}

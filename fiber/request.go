@@ -1,0 +1,209 @@
+package fiberlimit
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"reflect"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// request is the keyfuncs.Request view of a *fiber.Ctx. A struct of one
+// pointer is stored in an interface as the pointer itself, so making the
+// view costs nothing: no copy, no allocation, no pool. It is used only
+// while the middleware runs, never after: fiber reuses the Ctx, and
+// fasthttp the request's buffers, for the next request once the handlers
+// return.
+//
+// Unlike net/http, fasthttp hands out strings and byte slices that alias
+// those buffers (fiber's c.Get, c.Method, c.Params, ... unless the app is
+// Immutable). Every string this view returns is therefore either owned by
+// the app (the route template, a method constant) or a fresh copy, because
+// key functions may return it as a key, which the store keeps.
+type request struct{ c *fiber.Ctx }
+
+var _ keyfuncs.Request = request{}
+
+// Context returns c.UserContext(): context.Background() unless a handler
+// before the middleware set one with c.SetUserContext (fiber's timeout
+// middleware, an authentication middleware). fasthttp does not cancel it
+// when the client goes away.
+func (v request) Context() context.Context { return v.c.UserContext() }
+
+// Method returns the request's method: one of the constants of the standard
+// methods, or a copy of any other.
+func (v request) Method() string {
+	switch m := v.c.Method(); m {
+	case fiber.MethodGet:
+		return fiber.MethodGet
+	case fiber.MethodHead:
+		return fiber.MethodHead
+	case fiber.MethodPost:
+		return fiber.MethodPost
+	case fiber.MethodPut:
+		return fiber.MethodPut
+	case fiber.MethodPatch:
+		return fiber.MethodPatch
+	case fiber.MethodDelete:
+		return fiber.MethodDelete
+	case fiber.MethodConnect:
+		return fiber.MethodConnect
+	case fiber.MethodOptions:
+		return fiber.MethodOptions
+	case fiber.MethodTrace:
+		return fiber.MethodTrace
+	default:
+		return strings.Clone(m)
+	}
+}
+
+// useField is the index of fiber.Route's unexported "use" field, which
+// marks the routes that Use registers, or -1 if this fiber has no such
+// field. fiber exports nothing else that tells a Use route from a route:
+// Use routes get the Method of each method's stack, and a Path that is
+// only a prefix. Reading the field with reflect costs a few nanoseconds
+// and no allocation; TestUseRoute fails if a fiber release drops it.
+var useField = func() int {
+	f, ok := reflect.TypeFor[fiber.Route]().FieldByName("use")
+	if !ok || f.Type.Kind() != reflect.Bool || len(f.Index) != 1 {
+		return -1
+	}
+	return f.Index[0]
+}()
+
+// isUse says whether rt was registered by Use.
+func isUse(rt *fiber.Route) bool {
+	return useField >= 0 && reflect.ValueOf(rt).Elem().Field(useField).Bool()
+}
+
+// Route returns the template of the fiber route that matched, as
+// registered, with the prefix of its groups and mounts ("/api/items/:id"),
+// or "" when the middleware runs in a Use route (app.Use, group.Use,
+// app.Group with handlers), whose c.Route() is the Use route itself, a
+// prefix such as "/", not the route that fiber matches after it. It is
+// never the request's path: fiber's c.Route() falls back to that, with no
+// handlers, outside any route.
+func (v request) Route() string {
+	rt := v.c.Route()
+	if len(rt.Handlers) == 0 || isUse(rt) {
+		return ""
+	}
+	return rt.Path
+}
+
+// FullMethod returns "": this is HTTP.
+func (v request) FullMethod() string { return "" }
+
+// RemoteAddr returns the TCP peer, "ip:port" (a fresh string), as fasthttp
+// reports it. Deliberately not c.IP() or c.IPs(): which proxies to believe
+// is keyfuncs.ClientIP's configuration, not the app's ProxyHeader.
+func (v request) RemoteAddr() string {
+	addr := v.c.Context().RemoteAddr()
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		// One allocation where TCPAddr.String takes two. An IPv4 address
+		// in its 16-byte form prints as IPv4, as TCPAddr.String prints it.
+		if ap := tcp.AddrPort(); ap.Addr().IsValid() {
+			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			var buf [64]byte // "[" + 39 for IPv6 + zone + "]:65535" mostly fits
+			return string(ap.AppendTo(buf[:0]))
+		}
+	}
+	return addr.String()
+}
+
+// Values returns every line of the request header name, in the order
+// received, copied out of fasthttp's buffers: one string holds them all and
+// the returned slice points into it, so a hit costs two allocations and a
+// miss none. fasthttp normalizes both the stored names and the name looked
+// up, so the match is case-insensitive; when the app sets
+// DisableHeaderNormalizing, names are compared with ASCII case folding
+// instead.
+func (v request) Values(name string) []string {
+	h := &v.c.Request().Header
+	if srv := v.c.App().Server(); srv == nil || !srv.DisableHeaderNamesNormalizing {
+		return copyLines(h.PeekAll(name))
+	}
+	// Stored as received: fold case, in two passes over the header (count,
+	// then copy) rather than gathering slices that VisitAll may reuse.
+	var n, size int
+	h.VisitAll(func(k, val []byte) {
+		if equalFold(k, name) {
+			n++
+			size += len(val)
+		}
+	})
+	if n == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.Grow(size)
+	ends := make([]int, 0, n)
+	h.VisitAll(func(k, val []byte) {
+		if equalFold(k, name) && len(ends) < n {
+			b.Write(val)
+			ends = append(ends, b.Len())
+		}
+	})
+	return split(b.String(), ends)
+}
+
+// copyLines returns a copy of lines as strings that share one backing
+// string, or nil when there are none.
+func copyLines(lines [][]byte) []string {
+	if len(lines) == 0 {
+		return nil
+	}
+	size := 0
+	for _, l := range lines {
+		size += len(l)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, l := range lines {
+		b.Write(l)
+	}
+	all := b.String()
+	out := make([]string, len(lines))
+	off := 0
+	for i, l := range lines {
+		out[i] = all[off : off+len(l)]
+		off += len(l)
+	}
+	return out
+}
+
+// split cuts all at ends, the end offset of each part.
+func split(all string, ends []int) []string {
+	out := make([]string, len(ends))
+	off := 0
+	for i, e := range ends {
+		out[i] = all[off:e]
+		off = e
+	}
+	return out
+}
+
+// equalFold says whether k and name are equal under ASCII case folding, as
+// HTTP field names compare (RFC 9110 section 5.1).
+func equalFold(k []byte, name string) bool {
+	if len(k) != len(name) {
+		return false
+	}
+	for i := range k {
+		a, b := k[i], name[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
