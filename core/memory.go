@@ -63,9 +63,21 @@ var tombstone = &entry{}
 
 // table is an open-addressing hash table with linear probing. Readers load
 // slots atomically without a lock; only the shard's writer changes them.
+// Each slot keeps its entry's hash beside the pointer, so that a lookup
+// compares hashes in the table, whose lines stay shared between cores, and
+// touches an entry, whose line moves to whichever core decides on it, only
+// to lock it.
 type table struct {
 	mask  uint64
-	slots []atomic.Pointer[entry]
+	slots []slot
+}
+
+// slot is one table position. Writers store hash before e; a reader loads e
+// first, so a non-nil e comes with its hash (or, for a slot reused after a
+// drop, with a later hash, which the dead flag of the old entry catches).
+type slot struct {
+	hash atomic.Uint64
+	e    atomic.Pointer[entry]
 }
 
 type shard struct {
@@ -180,16 +192,42 @@ func (s *MemoryStore) take(t *Take) int64 {
 	return now
 }
 
-// lookup returns the entry for key, or nil. It takes no lock.
+// lookup returns the entry for key, or nil. It takes no lock; the caller
+// holds the shard's lock or accepts that the entry may be dropped.
 func (tab *table) lookup(h uint64, key []byte) *entry {
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
-		e := tab.slots[i].Load()
+		e := tab.slots[i].e.Load()
 		if e == nil {
 			return nil
 		}
-		if e.hash == h && e != tombstone && e.key == string(key) {
+		if e != tombstone && tab.slots[i].hash.Load() == h && e.key == string(key) {
 			return e
 		}
+	}
+}
+
+// lockEntry returns the entry for key locked, or nil if there is none. It
+// locks a candidate before reading it, so that a hot entry's cache line moves
+// between cores once per decision, not twice. again reports that the entry
+// was dropped meanwhile: look again from the shard's current table.
+func (tab *table) lockEntry(h uint64, key []byte) (e *entry, again bool) {
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		e := tab.slots[i].e.Load()
+		if e == nil {
+			return nil, false
+		}
+		if e == tombstone || tab.slots[i].hash.Load() != h {
+			continue
+		}
+		e.mu.Lock()
+		if e.dead {
+			e.mu.Unlock()
+			return nil, true
+		}
+		if e.key == string(key) {
+			return e, false
+		}
+		e.mu.Unlock() // another key with the same 64-bit hash: probe on
 	}
 }
 
@@ -200,16 +238,12 @@ func (s *MemoryStore) takeOne(t *Take, now int64) {
 	h := maphash.Bytes(s.seed, key)
 	sh := &s.shards[h&s.mask]
 	for {
-		e := sh.tab.Load().lookup(h, key)
+		e, again := sh.tab.Load().lockEntry(h, key)
+		if again {
+			continue // dropped since (expired or evicted): look again
+		}
 		if e == nil {
 			break
-		}
-		e.mu.Lock()
-		if e.dead {
-			// Dropped since the lookup (it had expired, or was evicted):
-			// look again.
-			e.mu.Unlock()
-			continue
 		}
 		t.States[0] = e.decide(b.Limit, now, t.Cost)
 		e.mu.Unlock()
@@ -381,7 +415,7 @@ func (sh *shard) insert(s *MemoryStore, h uint64, key string, fresh *entry, now 
 	e := &entry{hash: h, key: key, alg: fresh.alg, expires: fresh.expires, st: fresh.st}
 	i := h & tab.mask
 	for {
-		if cur := tab.slots[i].Load(); cur == nil || cur == tombstone {
+		if cur := tab.slots[i].e.Load(); cur == nil || cur == tombstone {
 			if cur == nil {
 				sh.used++
 			}
@@ -389,7 +423,8 @@ func (sh *shard) insert(s *MemoryStore, h uint64, key string, fresh *entry, now 
 		}
 		i = (i + 1) & tab.mask
 	}
-	tab.slots[i].Store(e)
+	tab.slots[i].hash.Store(h)
+	tab.slots[i].e.Store(e)
 	sh.live++
 }
 
@@ -403,15 +438,16 @@ func (sh *shard) resize() *table {
 	}
 	tab := newTable(size)
 	for i := range old.slots {
-		e := old.slots[i].Load()
+		e := old.slots[i].e.Load()
 		if e == nil || e == tombstone {
 			continue
 		}
 		j := e.hash & tab.mask
-		for tab.slots[j].Load() != nil {
+		for tab.slots[j].e.Load() != nil {
 			j = (j + 1) & tab.mask
 		}
-		tab.slots[j].Store(e)
+		tab.slots[j].hash.Store(e.hash)
+		tab.slots[j].e.Store(e)
 	}
 	sh.used = sh.live
 	sh.cursor = 0
@@ -420,7 +456,7 @@ func (sh *shard) resize() *table {
 }
 
 func newTable(size int) *table {
-	return &table{mask: uint64(size - 1), slots: make([]atomic.Pointer[entry], size)}
+	return &table{mask: uint64(size - 1), slots: make([]slot, size)}
 }
 
 // sweep looks at up to n slots from the cursor and drops the expired
@@ -433,7 +469,7 @@ func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
 		}
 		i := sh.cursor
 		sh.cursor++
-		e := tab.slots[i].Load()
+		e := tab.slots[i].e.Load()
 		if e == nil || e == tombstone || !e.mu.TryLock() {
 			continue
 		}
@@ -453,14 +489,14 @@ func (sh *shard) evict(s *MemoryStore) {
 	best, bestAt := -1, int64(0)
 	for seen, k := 0, 0; seen < 8 && k < len(tab.slots); k++ {
 		i := (sh.cursor + k) & int(tab.mask)
-		e := tab.slots[i].Load()
+		e := tab.slots[i].e.Load()
 		if e == nil || e == tombstone || !e.mu.TryLock() {
 			continue
 		}
 		seen++
 		if best < 0 || e.expires < bestAt {
 			if best >= 0 {
-				tab.slots[best].Load().mu.Unlock()
+				tab.slots[best].e.Load().mu.Unlock()
 			}
 			best, bestAt = i, e.expires
 		} else {
@@ -470,7 +506,7 @@ func (sh *shard) evict(s *MemoryStore) {
 	if best < 0 {
 		return
 	}
-	e := tab.slots[best].Load()
+	e := tab.slots[best].e.Load()
 	sh.drop(tab, best, e)
 	e.mu.Unlock()
 	sh.cursor = best + 1
@@ -481,7 +517,7 @@ func (sh *shard) evict(s *MemoryStore) {
 // e.mu; goroutines that found e before are told by e.dead to look again.
 func (sh *shard) drop(tab *table, i int, e *entry) {
 	e.dead = true
-	tab.slots[i].Store(tombstone)
+	tab.slots[i].e.Store(tombstone)
 	sh.live--
 }
 
