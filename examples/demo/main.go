@@ -1,11 +1,16 @@
-// Command demo shows the limiter deciding two timelines on the in-memory
-// store, at explicit instants (no sleeping):
+// Command demo runs two timelines through a real net/http server with the
+// nethttp middleware, and prints what a client receives: statuses, the
+// rate-limit header fields and the 429 problem bodies.
 //
 //	(a) the seed timeline: a token bucket of capacity 4 refilling 2 per
 //	    second, starting full;
 //	(b) multi-tier plans: a free and a pro user on shared endpoints, limited
-//	    per user (by plan), per endpoint and globally, with the exact headers
-//	    and 429 bodies a client receives.
+//	    per user (by plan), per endpoint and globally.
+//
+// The server listens on a loopback port and a real http.Client sends the
+// requests. Its limiter keeps buckets in the in-memory store, whose clock
+// the demo moves to each request's instant (core.ManualClock) instead of
+// sleeping: the output is the same on every run and takes milliseconds.
 //
 // Run it from the repository root with
 //
@@ -16,16 +21,27 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"net"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/keyfuncs"
+	"github.com/bucketry/ratelimit/nethttp"
 )
 
 func main() {
-	if err := run(os.Stdout); err != nil {
+	// Every request takes milliseconds; the deadline only bounds a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := run(ctx, os.Stdout); err != nil {
+		cancel()
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -35,14 +51,14 @@ func main() {
 // at t0 plus its offset, so the output is the same on every run.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func run(w io.Writer) error {
-	seed, err := runSeed()
+func run(ctx context.Context, w io.Writer) error {
+	seed, err := runSeed(ctx)
 	if err != nil {
 		return err
 	}
 	printSeed(w, seed)
 	fmt.Fprintln(w)
-	plans, err := runPlans()
+	plans, err := runPlans(ctx)
 	if err != nil {
 		return err
 	}
@@ -50,13 +66,126 @@ func run(w io.Writer) error {
 	return nil
 }
 
-// newLimiter returns a limiter on a new in-memory store.
-func newLimiter(rules ...core.Rule) (*core.Limiter, error) {
-	p, err := core.NewPolicy(rules...)
+// The server.
+
+// server is a net/http server on a loopback port whose routes are limited
+// by the nethttp middleware. The user is the X-User header field and the
+// plan the X-Plan field; the limiter's memory store reads clock.
+type server struct {
+	url    string
+	clock  *core.ManualClock
+	srv    *http.Server
+	client *http.Client
+
+	mu   sync.Mutex
+	last Tier // the deciding tier of the latest decision
+}
+
+// Tier is the deciding tier of a decision, as the server saw it: the
+// denying tier, or the one with the fewest tokens left.
+type Tier struct {
+	Rule       string
+	Scope      core.Scope
+	Limit      int64
+	Remaining  int64
+	RetryAfter time.Duration // the exact wait, when denied
+}
+
+// startServer starts a server whose limiter has rules, serving routes
+// (ServeMux patterns) that answer "ok".
+func startServer(rules []core.Rule, routes ...string) (*server, error) {
+	s := &server{clock: core.NewManualClock(t0)}
+	store, err := core.NewMemoryStore(core.WithClock(s.clock))
 	if err != nil {
 		return nil, err
 	}
-	return core.NewLimiter(p)
+	policy, err := core.NewPolicy(rules...)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := core.NewLimiter(policy, core.WithStore(store), core.WithObserver(s.observe))
+	if err != nil {
+		return nil, err
+	}
+	user, err := keyfuncs.Header("X-User")
+	if err != nil {
+		return nil, err
+	}
+	plan, err := keyfuncs.Header("X-Plan")
+	if err != nil {
+		return nil, err
+	}
+	rl, err := nethttp.New(limiter, nethttp.WithKey(core.ScopeUser, user), nethttp.WithPlan(plan))
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for _, route := range routes {
+		mux.Handle(route, rl.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "ok\n")
+		})))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.url = "http://" + ln.Addr().String()
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.client = &http.Client{}
+	go s.srv.Serve(ln)
+	return s, nil
+}
+
+// observe records the deciding tier of each decision (core.WithObserver).
+func (s *server) observe(_ context.Context, _ *core.Request, d *core.Decision) {
+	s.mu.Lock()
+	s.last = Tier{Rule: d.Rule, Scope: d.Scope, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter}
+	s.mu.Unlock()
+}
+
+// close stops the server.
+func (s *server) close() {
+	s.client.CloseIdleConnections()
+	s.srv.Close()
+}
+
+// Response is what the client received for one request, and the tier that
+// decided it on the server.
+type Response struct {
+	Status int
+	Header http.Header // every field but Date
+	Body   string
+	Tier   Tier
+}
+
+// send sets the clock to t0+at and sends GET path with the X-User and
+// X-Plan fields (when not empty). Requests are sent one at a time.
+func (s *server) send(ctx context.Context, at time.Duration, path, user, plan string) (Response, error) {
+	s.clock.Set(t0.Add(at))
+	req, err := http.NewRequestWithContext(ctx, "GET", s.url+path, nil)
+	if err != nil {
+		return Response{}, err
+	}
+	if user != "" {
+		req.Header.Set("X-User", user)
+	}
+	if plan != "" {
+		req.Header.Set("X-Plan", plan)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return Response{}, err
+	}
+	resp.Header.Del("Date") // the only field that changes from run to run
+	s.mu.Lock()
+	tier := s.last
+	s.mu.Unlock()
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: string(body), Tier: tier}, nil
 }
 
 // (a) The seed timeline.
@@ -72,44 +201,64 @@ var seedTimes = []time.Duration{
 	2 * time.Second, 2 * time.Second, 2 * time.Second,
 }
 
-// SeedResult is the outcome of one request of the seed timeline.
+// SeedResult is the outcome of one request of the seed timeline, as the
+// client received it, and the exact wait the server computed.
 type SeedResult struct {
 	At         time.Duration // after t0
-	Allowed    bool
-	Remaining  int64
-	RetryAfter time.Duration // when denied
+	Status     int           // 200, or 429 when denied
+	Remaining  string        // X-RateLimit-Remaining
+	RateLimit  string        // RateLimit: the tier, tokens left (r) and seconds to wait or refill (t)
+	RetryAfter string        // Retry-After, when denied: whole seconds, rounded up
+	Wait       time.Duration // when denied: the exact wait until a token is back
+	Policy     string        // RateLimit-Policy: the quota (q) and the seconds to refill it (w)
 }
 
-func runSeed() ([]SeedResult, error) {
-	l, err := newLimiter(seedRule)
+func runSeed(ctx context.Context) ([]SeedResult, error) {
+	s, err := startServer([]core.Rule{seedRule}, "GET /items")
 	if err != nil {
 		return nil, err
 	}
-	req := core.Request{User: "alice"}
+	defer s.close()
 	out := make([]SeedResult, 0, len(seedTimes))
 	for _, at := range seedTimes {
-		d, err := l.AllowAt(context.Background(), t0.Add(at), req, 1)
+		resp, err := s.send(ctx, at, "/items", "alice", "")
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, SeedResult{At: at, Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter})
+		r := SeedResult{
+			At: at, Status: resp.Status,
+			Remaining:  resp.Header.Get("X-RateLimit-Remaining"),
+			RateLimit:  resp.Header.Get("RateLimit"),
+			RetryAfter: resp.Header.Get("Retry-After"),
+			Policy:     resp.Header.Get("RateLimit-Policy"),
+		}
+		if resp.Status != http.StatusOK {
+			r.Wait = resp.Tier.RetryAfter
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
 
 func printSeed(w io.Writer, rs []SeedResult) {
 	fmt.Fprintln(w, "(a) Seed timeline: token bucket, capacity 4, refill 2/s, starting full")
+	fmt.Fprintln(w, "    alice sends GET /items to a net/http server with the nethttp middleware")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  time\trequest\toutcome\tremaining\tretry after")
+	fmt.Fprintln(tw, "  time\t#\tstatus\tX-RateLimit-Remaining\tRateLimit\tRetry-After\texact wait")
 	for i, r := range rs {
-		outcome, retry := "allowed", "-"
-		if !r.Allowed {
-			outcome, retry = "DENIED", r.RetryAfter.String()
+		retry, wait := "-", "-"
+		if r.Status != http.StatusOK {
+			retry, wait = r.RetryAfter, r.Wait.String()
 		}
-		fmt.Fprintf(tw, "  t=%.1fs\t#%d\t%s\t%d\t%s\n", r.At.Seconds(), i+1, outcome, r.Remaining, retry)
+		fmt.Fprintf(tw, "  t=%.1fs\t%d\t%d %s\t%s\t%s\t%s\t%s\n", r.At.Seconds(), i+1, r.Status, http.StatusText(r.Status), r.Remaining, r.RateLimit, retry, wait)
 	}
 	tw.Flush()
+	fmt.Fprintln(w)
+	if len(rs) > 0 {
+		fmt.Fprintf(w, "  Every response also carries RateLimit-Policy: %s (q: the quota, w: seconds to refill it).\n", rs[0].Policy)
+	}
+	fmt.Fprintln(w, "  Retry-After rounds the exact wait up to whole seconds: never earlier than the token.")
 }
 
 // (b) Multi-tier plans.
@@ -125,10 +274,10 @@ var planRules = []core.Rule{
 
 // PlanStep is one request of the multi-tier timeline.
 type PlanStep struct {
-	At       time.Duration // after t0
-	User     string
-	Plan     string
-	Endpoint string
+	At   time.Duration // after t0
+	User string
+	Plan string
+	Path string
 }
 
 func repeat(n int, s PlanStep) []PlanStep {
@@ -142,74 +291,44 @@ func repeat(n int, s PlanStep) []PlanStep {
 // planSteps: alice (free) runs out of her own quota first; bob (pro) has
 // plenty of his, but empties the endpoint's and then the global bucket;
 // alice's retry after her Retry-After succeeds.
-var planSteps = concat(
-	repeat(4, PlanStep{0, "alice", "free", "GET /search"}),
-	repeat(6, PlanStep{0, "bob", "pro", "GET /search"}),
-	repeat(3, PlanStep{0, "bob", "pro", "GET /items"}),
-	[]PlanStep{{time.Second, "alice", "free", "GET /search"}},
+var planSteps = slices.Concat(
+	repeat(4, PlanStep{0, "alice", "free", "/search"}),
+	repeat(6, PlanStep{0, "bob", "pro", "/search"}),
+	repeat(3, PlanStep{0, "bob", "pro", "/items"}),
+	[]PlanStep{{time.Second, "alice", "free", "/search"}},
 )
 
-func concat(ss ...[]PlanStep) []PlanStep {
-	var out []PlanStep
-	for _, s := range ss {
-		out = append(out, s...)
-	}
-	return out
-}
-
-// Header is one response header field.
-type Header struct{ Name, Value string }
-
-// PlanResult is the outcome of one request of the multi-tier timeline and
-// the response a client would receive.
+// PlanResult is one request of the multi-tier timeline and the response.
 type PlanResult struct {
 	PlanStep
-	Allowed    bool
-	Rule       string        // the deciding tier: the denying one, or the one with least remaining
-	Scope      core.Scope    // the deciding tier's scope
-	Limit      int64         // the deciding tier's burst
-	Remaining  int64         // the deciding tier's whole tokens left
-	RetryAfter time.Duration // when denied: the exact wait
-	Status     int           // 200, or 429 when denied
-	Headers    []Header      // in the order the HeaderFormat set them
-	Body       string        // the problem body of a denial
+	Response
 }
 
-func runPlans() ([]PlanResult, error) {
-	l, err := newLimiter(planRules...)
+func runPlans(ctx context.Context) ([]PlanResult, error) {
+	s, err := startServer(planRules, "GET /search", "GET /items")
 	if err != nil {
 		return nil, err
 	}
-	f, err := core.NewHeaderFormat()
-	if err != nil {
-		return nil, err
-	}
+	defer s.close()
 	out := make([]PlanResult, 0, len(planSteps))
-	for _, s := range planSteps {
-		now := t0.Add(s.At)
-		req := core.Request{Plan: s.Plan, User: s.User, Endpoint: s.Endpoint}
-		d, err := l.AllowAt(context.Background(), now, req, 1)
+	for _, step := range planSteps {
+		resp, err := s.send(ctx, step.At, step.Path, step.User, step.Plan)
 		if err != nil {
 			return nil, err
 		}
-		r := PlanResult{
-			PlanStep: s, Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope,
-			Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, Status: 200,
-		}
-		f.Headers(&d, func(name, value string) { r.Headers = append(r.Headers, Header{name, value}) })
-		if status := f.Status(&d); status != 0 {
-			r.Status = status
-			r.Headers = append(r.Headers, Header{"Content-Type", core.ContentTypeProblem})
-			r.Body = string(f.AppendProblem(nil, &d))
-		}
-		out = append(out, r)
+		out = append(out, PlanResult{step, resp})
 	}
 	return out, nil
 }
 
-var statusText = map[int]string{200: "OK", 429: "Too Many Requests", 503: "Service Unavailable"}
-
 func printPlans(w io.Writer, rs []PlanResult) {
+	printPlanTable(w, rs)
+	fmt.Fprintln(w)
+	printResponses(w, rs)
+}
+
+// printPlanTable prints the rules and one line per request of rs.
+func printPlanTable(w io.Writer, rs []PlanResult) {
 	fmt.Fprintln(w, "(b) Multi-tier plans: a free and a pro user, per-user, per-endpoint and global tiers")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -225,42 +344,34 @@ func printPlans(w io.Writer, rs []PlanResult) {
 	fmt.Fprintln(w)
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\ttime\tuser\tplan\trequest\tstatus\toutcome\tdeciding tier\tleft\tretry after")
+	fmt.Fprintln(tw, "  #\ttime\tuser\tplan\trequest\tstatus\tdeciding tier\tleft\tretry after")
 	for i, r := range rs {
-		outcome, retry := "allowed", "-"
-		if !r.Allowed {
-			outcome = "DENIED"
-			retry = fmt.Sprintf("%v (Retry-After: %s)", r.RetryAfter, header(r.Headers, "Retry-After"))
+		retry := "-"
+		if r.Status != http.StatusOK {
+			retry = fmt.Sprintf("%v (Retry-After: %s)", r.Tier.RetryAfter, r.Header.Get("Retry-After"))
 		}
-		fmt.Fprintf(tw, "  %d\tt=%gs\t%s\t%s\t%s\t%d\t%s\t%s (%s)\t%d of %d\t%s\n",
-			i+1, r.At.Seconds(), r.User, r.Plan, r.Endpoint, r.Status, outcome, r.Rule, r.Scope, r.Remaining, r.Limit, retry)
+		fmt.Fprintf(tw, "  %d\tt=%gs\t%s\t%s\tGET %s\t%d %s\t%s (%s)\t%d of %d\t%s\n",
+			i+1, r.At.Seconds(), r.User, r.Plan, r.Path, r.Status, http.StatusText(r.Status), r.Tier.Rule, r.Tier.Scope, r.Tier.Remaining, r.Tier.Limit, retry)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "  The deciding tier is the one that denied or, when allowed, the one with the fewest tokens left.")
-	fmt.Fprintln(w)
-
-	fmt.Fprintln(w, "  The responses, as a client receives them:")
-	for i, r := range rs {
-		fmt.Fprintln(w)
-		fmt.Fprintf(w, "  #%d  t=%gs  %s (%s)  %s\n", i+1, r.At.Seconds(), r.User, r.Plan, r.Endpoint)
-		fmt.Fprintf(w, "      HTTP/1.1 %d %s\n", r.Status, statusText[r.Status])
-		for _, h := range r.Headers {
-			fmt.Fprintf(w, "      %s: %s\n", h.Name, h.Value)
-		}
-		if r.Body != "" {
-			fmt.Fprintln(w)
-			fmt.Fprintf(w, "      %s\n", r.Body)
-		}
-	}
+	fmt.Fprintln(w, "  A request denied by one tier takes nothing from the others.")
 }
 
-// header returns the value of the named field, or "".
-func header(hs []Header, name string) string {
-	for _, h := range hs {
-		if strings.EqualFold(h.Name, name) {
-			return h.Value
+// printResponses prints each response of rs as the client received it.
+func printResponses(w io.Writer, rs []PlanResult) {
+	fmt.Fprintln(w, "  The responses, as the client received them (all fields but Date):")
+	for i, r := range rs {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  #%d  t=%gs  GET %s  X-User: %s  X-Plan: %s\n", i+1, r.At.Seconds(), r.Path, r.User, r.Plan)
+		fmt.Fprintf(w, "      HTTP/1.1 %d %s\n", r.Status, http.StatusText(r.Status))
+		for _, name := range slices.Sorted(maps.Keys(r.Header)) {
+			for _, v := range r.Header[name] {
+				fmt.Fprintf(w, "      %s: %s\n", name, v)
+			}
 		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "      %s\n", strings.TrimSuffix(r.Body, "\n"))
 	}
-	return ""
 }

@@ -1,0 +1,51 @@
+package benchmarks
+
+import (
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/bucketry/ratelimit/internal/redistest"
+)
+
+// The Redis server every Redis benchmark and test of this binary shares,
+// started on first use and stopped by TestMain.
+var shared struct {
+	sync.Mutex
+	srv  *redistest.Server
+	stop func()
+	err  error
+}
+
+// redisServer returns the shared server, starting it on first use. It
+// fails tb if redis-server cannot start.
+func redisServer(tb testing.TB) *redistest.Server {
+	tb.Helper()
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.srv == nil && shared.err == nil {
+		shared.srv, shared.stop, shared.err = redistest.StartStandalone()
+	}
+	if shared.err != nil {
+		tb.Fatalf("start redis-server: %v", shared.err)
+	}
+	return shared.srv
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Lock()
+	if shared.stop != nil {
+		shared.stop()
+	}
+	shared.Unlock()
+	os.Exit(code)
+}
+
+// flushAll empties the server, so that every run starts from full buckets.
+func flushAll(tb testing.TB, srv *redistest.Server) {
+	tb.Helper()
+	if _, err := srv.Do("FLUSHALL"); err != nil {
+		tb.Fatalf("FLUSHALL: %v", err)
+	}
+}

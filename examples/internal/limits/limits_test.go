@@ -1,0 +1,165 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/internal/redistest"
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+func TestKeys(t *testing.T) {
+	user, plan, err := Keys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := keyfuncs.BearerToken()(keyfuncs.Static{Header: map[string][]string{"Authorization": {"Bearer s3cret"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		header     map[string][]string
+		user, plan string
+		anonymous  bool
+	}{
+		{"anonymous", nil, "", "free", true},
+		{"X-User", map[string][]string{"X-User": {"ann"}}, "ann", "free", false},
+		{"gRPC metadata", map[string][]string{"x-user": {"ann"}, "x-plan": {"pro"}}, "ann", "pro", false},
+		{"bearer token", map[string][]string{"Authorization": {"Bearer s3cret"}}, token, "free", false},
+		{"X-User before the token", map[string][]string{"X-User": {"ann"}, "Authorization": {"Bearer s3cret"}}, "ann", "free", false},
+		{"pro", map[string][]string{"X-User": {"bob"}, "X-Plan": {"pro"}}, "bob", "pro", false},
+		{"unknown plan", map[string][]string{"X-User": {"bob"}, "X-Plan": {"gold"}}, "bob", "free", false},
+	} {
+		r := keyfuncs.Static{Header: tc.header}
+		u, err := user(r)
+		if tc.anonymous {
+			if !errors.Is(err, keyfuncs.ErrNotApplicable) {
+				t.Errorf("%s: user = %q, %v; want ErrNotApplicable", tc.name, u, err)
+			}
+		} else if u != tc.user || err != nil {
+			t.Errorf("%s: user = %q, %v; want %q", tc.name, u, err, tc.user)
+		}
+		if p, err := plan(r); p != tc.plan || err != nil {
+			t.Errorf("%s: plan = %q, %v; want %q", tc.name, p, err, tc.plan)
+		}
+	}
+}
+
+func TestOnRoute(t *testing.T) {
+	user, _, err := Keys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := map[string][]string{"X-User": {"ann"}}
+	for _, tc := range []struct {
+		name  string
+		route string
+		r     keyfuncs.Static
+		want  string // "" for ErrNotApplicable
+	}{
+		{"net/http", "GET /search", keyfuncs.Static{RouteTemplate: "GET /search", Header: ann}, "ann"},
+		{"other route", "GET /search", keyfuncs.Static{RouteTemplate: "GET /items/{id}", Header: ann}, ""},
+		{"gRPC", "/example.Items/Search", keyfuncs.Static{RPCMethod: "/example.Items/Search", Header: ann}, "ann"},
+		{"other method", "/example.Items/Search", keyfuncs.Static{RPCMethod: "/example.Items/Get", Header: ann}, ""},
+		{"anonymous", "/search", keyfuncs.Static{RouteTemplate: "/search"}, ""},
+		{"no route", "/search", keyfuncs.Static{Header: ann}, ""},
+	} {
+		got, err := OnRoute(tc.route, user)(tc.r)
+		if tc.want == "" {
+			if !errors.Is(err, keyfuncs.ErrNotApplicable) {
+				t.Errorf("%s: OnRoute(%q) = %q, %v; want ErrNotApplicable", tc.name, tc.route, got, err)
+			}
+		} else if got != tc.want || err != nil {
+			t.Errorf("%s: OnRoute(%q) = %q, %v; want %q", tc.name, tc.route, got, err, tc.want)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var f Flags
+	fs := flag.NewFlagSet("example", flag.ContinueOnError)
+	f.Register(fs)
+	if f.RedisClient != "go-redis" || f.RedisTimeout != 100*time.Millisecond {
+		t.Errorf("defaults %+v, want go-redis and 100ms", f)
+	}
+	if err := fs.Parse([]string{"-redis", "localhost:6379", "-redis-cluster", "a:1,b:2", "-redis-client", "rueidis", "-redis-timeout", "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (Flags{"localhost:6379", "a:1,b:2", "rueidis", time.Second}); f != want {
+		t.Errorf("parsed %+v, want %+v", f, want)
+	}
+	if _, _, err := f.NewLimiter(); err == nil || !strings.Contains(err.Error(), "exclusive") {
+		t.Errorf("NewLimiter with both flags: %v, want an error", err)
+	}
+	if _, _, err := (Flags{Redis: "127.0.0.1:1", RedisClient: "redigo"}).NewLimiter(); err == nil || !strings.Contains(err.Error(), "redigo") {
+		t.Errorf("NewLimiter with an unknown client: %v, want an error", err)
+	}
+	for _, client := range []string{"go-redis", "rueidis"} {
+		if _, _, err := (Flags{Redis: "127.0.0.1:1", RedisClient: client}).NewLimiter(); err == nil {
+			t.Errorf("NewLimiter with no Redis listening, %s: nil error", client)
+		}
+	}
+}
+
+// TestRedis decides the search and per-user tiers of one user on Redis,
+// standalone and Cluster, through either client, as the flags choose. No
+// -redis-timeout: a test machine under load may take longer than a
+// production bound, which would make the limiter fail open.
+func TestRedis(t *testing.T) {
+	standalone := redistest.Standalone(t)
+	cluster := strings.Join(redistest.Cluster(t).Addrs(), ",")
+	for _, tc := range []struct {
+		name  string
+		flags Flags
+	}{
+		{"go-redis", Flags{Redis: standalone.Addr}},
+		{"rueidis", Flags{Redis: standalone.Addr, RedisClient: "rueidis"}},
+		{"go-redis-cluster", Flags{RedisCluster: cluster}},
+		{"rueidis-cluster", Flags{RedisCluster: cluster, RedisClient: "rueidis"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			limiter, closeStore, err := tc.flags.NewLimiter()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeStore()
+			checkTiers(t, limiter, tc.name) // a user of its own
+		})
+	}
+}
+
+// checkTiers checks the search and per-user tiers of user, whose buckets
+// must be new: two searches, then three more requests of any kind.
+func checkTiers(t *testing.T, limiter *core.Limiter, user string) {
+	t.Helper()
+	name, _ := Search.Dimension()
+	search := core.Request{User: user, Plan: "free", Dims: []core.Dim{{Name: name, Value: user}}}
+	items := core.Request{User: user, Plan: "free"}
+	for i, tc := range []struct {
+		req     core.Request
+		allowed bool
+		rule    string
+	}{
+		{search, true, "search"},
+		{search, true, "search"},
+		{search, false, "search"},
+		{items, true, "per-user"},
+		{items, true, "per-user"},
+		{items, true, "per-user"},
+		{items, false, "per-user"},
+	} {
+		d, err := limiter.Allow(context.Background(), tc.req)
+		if err != nil || d.Degraded {
+			t.Fatalf("#%d: Allow = %v, degraded %v (%v)", i+1, err, d.Degraded, d.Err)
+		}
+		if d.Allowed != tc.allowed || d.Rule != tc.rule {
+			t.Errorf("#%d: Allow = %v by %q, want %v by %q", i+1, d.Allowed, d.Rule, tc.allowed, tc.rule)
+		}
+	}
+}
