@@ -21,6 +21,11 @@ type StoreHarness struct {
 	// New returns a new, empty store that reads time from clock when a Take
 	// has no explicit Now. It fails t (t.Fatal) if the store cannot be built,
 	// and registers its own cleanup with t.Cleanup. Required.
+	//
+	// A store that expires keys on a clock of its own, as Redis does in real
+	// time, must keep them for the whole run (the Redis stores'
+	// WithMinTTL(time.Hour)): the suite's clock jumps minutes ahead and back
+	// in microseconds of real time.
 	New func(t testing.TB, clock core.Clock) core.Store
 	// Keys, if set, returns how many buckets the store holds after
 	// reclaiming the expired ones, as of the clock given to New (the suite
