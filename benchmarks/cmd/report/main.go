@@ -209,6 +209,11 @@ func writeReport(o options, res *results, verdicts []verdict) error {
 		p("Our fastest implementation and the fastest peer, per scenario:\n\n")
 		writeSummary(&b, g)
 		p("\n")
+		if g.name == "Middleware" {
+			p("Added cost: each implementation's ns/op less that of `bare`, the same route with no limiter, in the same run.\n\n")
+			writeAddedCost(&b, g)
+			p("\n")
+		}
 		if g.name == "Redis" {
 			p("Ceilings, which decide nothing: `ceiling_evalsha` sends our script alone, one EVALSHA per decision with arguments encoded once; `ceiling_ping` is one PING per decision. Both go through rueidis.\n\n")
 			writeCeilings(&b, g)
@@ -218,9 +223,6 @@ func writeReport(o options, res *results, verdicts []verdict) error {
 		writeDetail(&b, g)
 		p("\n</details>\n\n")
 	}
-
-	p("## Middleware\n\n")
-	p("Not measured yet: the gin, fiber and net/http adapters are being built. Their comparisons go in `benchmarks/middleware_test.go` as `BenchmarkMiddleware/<Scenario>/impl=<name>`, and appear here with no change to the report.\n\n")
 
 	p("## Admitted under concurrency\n\n")
 	p("Each implementation gets a limit of 100 an hour (no refill while the test runs) and one key; 64 goroutines make 10 attempts each, all at once. An exact limiter admits 100. A request that returned an error counts as an error, not as admitted, whatever the library answered beside it. From `TestAdmissionMemory` and `TestAdmissionRedis`; ours must admit exactly 100 with no error for the test to pass.\n\n")

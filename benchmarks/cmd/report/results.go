@@ -59,7 +59,8 @@ func kindOf(impl string) kind {
 	switch {
 	case strings.HasPrefix(impl, "ours"):
 		return kindOurs
-	case strings.HasPrefix(impl, "ceiling_"):
+	case strings.HasPrefix(impl, "ceiling_"), impl == implBare:
+		// A ceiling or a baseline decides nothing: never a peer.
 		return kindCeiling
 	}
 	return kindPeer

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// The middleware comparisons (BenchmarkMiddleware/<Framework>/<mode>/impl=)
+// have, beside ours and the peers, an implementation named bare: the same
+// route with no limiter. What a middleware costs is what it adds to bare,
+// its ns/op minus bare's from the same run, and the middleware target
+// compares those differences rather than decisions/s, which would count
+// the framework's own cost on both sides.
+
+// implBare is the baseline of a middleware scenario: no limiter at all.
+const implBare = "bare"
+
+func init() {
+	targets = append(targets, target{
+		name: "middleware-gin",
+		text: "In gin, on the memory store, an allowed request through our middleware adds at most half the time (ns/op above a bare route, same run) that ulule's gin middleware adds.",
+		check: func(r *results) []verdict {
+			var out []verdict
+			for _, sc := range []string{"Middleware/Gin/serial", "Middleware/Gin/parallel"} {
+				out = append(out, addedCostVerdicts(r, "middleware-gin", sc, "ulule_gin", 0.5)...)
+			}
+			return out
+		},
+	})
+}
+
+// added returns e's median of unit minus bare's, and whether both were
+// measured.
+func added(e, bare *entry, unit string) (float64, bool) {
+	if e == nil || bare == nil {
+		return 0, false
+	}
+	a, ok1 := e.value(unit)
+	b, ok2 := bare.value(unit)
+	return a - b, ok1 && ok2
+}
+
+// addedCostVerdicts checks that each of our implementations in scenario sc
+// adds at most max times the ns/op that peer adds to the bare route.
+func addedCostVerdicts(r *results, name, sc, peer string, max float64) []verdict {
+	var bare, theirs *entry
+	if s := r.scenario(sc); s != nil {
+		bare, theirs = s.entry(implBare), s.entry(peer)
+	}
+	required := fmt.Sprintf("added ns/op <= %.2fx `%s`'s", max, peer)
+	return eachOurs(r, name, sc, required, func(v *verdict, e *entry) {
+		ours, ok1 := added(e, bare, unitNs)
+		their, ok2 := added(theirs, bare, unitNs)
+		if !ok1 || !ok2 || their <= 0 {
+			return
+		}
+		ratio := ours / their
+		v.known = true
+		v.measured = fmt.Sprintf("+%s vs +%s ns/op: %.2fx", sig3(ours), sig3(their), ratio)
+		v.met = ratio <= max
+		if !v.met {
+			v.miss = fmt.Sprintf("%.2fx of the %.2fx asked: %.0f ns/op to cut", ratio, max, ours-max*their)
+		}
+	})
+}
+
+// leastAdded returns the entry of kind k, bare excluded, that adds the
+// least ns/op to bare, or nil.
+func leastAdded(s *scenario, k kind, bare *entry) *entry {
+	var best *entry
+	var bestV float64
+	for _, e := range s.entries {
+		if e.impl == implBare || kindOf(e.impl) != k {
+			continue
+		}
+		if v, ok := added(e, bare, unitNs); ok && (best == nil || v < bestV) {
+			best, bestV = e, v
+		}
+	}
+	return best
+}
+
+// writeAddedCost writes, for every scenario of g that has a bare
+// implementation, what our cheapest middleware and the cheapest peer add to
+// it (ns/op and allocs/op), and the ratio of the added ns/op (below 1: ours
+// costs less).
+func writeAddedCost(w io.Writer, g *group) {
+	head := []string{"scenario", "bare ns/op", "ours", "added ns/op", "added allocs/op", "cheapest peer", "added ns/op", "added allocs/op", "ours / peer added"}
+	writeRow(w, head)
+	writeRule(w, len(head))
+	for _, s := range g.scenarios {
+		bare := s.entry(implBare)
+		if bare == nil {
+			continue
+		}
+		o, p := leastAdded(s, kindOurs, bare), leastAdded(s, kindPeer, bare)
+		addedCell := func(e *entry, unit string) string {
+			if v, ok := added(e, bare, unit); ok {
+				if v < 0 {
+					return formatValue(unit, v)
+				}
+				return "+" + formatValue(unit, v)
+			}
+			return "–"
+		}
+		ratio := "–"
+		a, ok1 := added(o, bare, unitNs)
+		b, ok2 := added(p, bare, unitNs)
+		if ok1 && ok2 && b > 0 {
+			ratio = fmt.Sprintf("**%.2fx**", a/b)
+		}
+		writeRow(w, []string{
+			shortName(s.name), cell(bare, unitNs),
+			implCell(o), addedCell(o, unitNs), addedCell(o, unitAllocs),
+			implCell(p), addedCell(p, unitNs), addedCell(p, unitAllocs),
+			ratio,
+		})
+	}
+}
