@@ -16,21 +16,20 @@ demo:
 ## test: every test of every module, with the race detector
 test: deps lint
 	$(GO) test -race -count=1 $(PKGS)
-	cd benchmarks && GOWORK=off $(GO) test -race -count=1 ./...
 
 ## lint: gofmt and go vet on every module
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	cd benchmarks && GOWORK=off $(GO) vet ./...
 
 ## bench-core: the in-memory benchmarks of core alone, $(COUNT) runs each, with allocations
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./core/
 
-# The peer comparisons live in benchmarks/, a module outside the workspace
-# (its peers would otherwise change the workspace's dependency versions).
+# The peer comparisons live in benchmarks/, a module of its own so that the
+# peers never enter a library's go.mod; the measurements run it with
+# GOWORK=off, against exactly the versions its own go.mod names.
 BENCH_BENCH = GOWORK=off $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) -timeout 0 .
 BENCH_ADMISSION = GOWORK=off $(GO) test -run '^TestAdmission' -count 1 -v .
 BENCH_REPORT ?= ../BENCHMARKS.md
