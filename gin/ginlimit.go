@@ -3,7 +3,6 @@ package ginlimit
 import (
 	"errors"
 	"net/http"
-	"net/textproto"
 	"sync"
 
 	"github.com/gin-gonic/gin"
@@ -23,9 +22,6 @@ type middleware struct {
 	deny    func(*gin.Context, *core.Decision) // nil: the problem body
 	onError func(*gin.Context, error)          // nil: record, status text
 	bodies  sync.Pool                          // *[]byte, for problem bodies
-	// canonical says the format is the default one, whose names need no
-	// canonicalizing.
-	canonical bool
 }
 
 // canonicalFormat is the default header format: every field, with names
@@ -77,7 +73,7 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{flow: flow, deny: cfg.deny, onError: cfg.onError, canonical: flow.Format() == f}
+	m := &middleware{flow: flow, deny: cfg.deny, onError: cfg.onError}
 	m.bodies.New = func() any {
 		b := make([]byte, 0, 512)
 		return &b
@@ -98,45 +94,8 @@ func (m *middleware) handle(c *gin.Context) {
 	case !res.Proceed:
 		m.reject(c, &res)
 	default:
-		m.setHeaders(c.Writer.Header(), &res)
+		m.flow.SetHTTPHeaders(c.Writer.Header(), &res)
 		c.Next()
-	}
-}
-
-// maxHeaders is how many fields setHeaders gathers before storing them; a
-// HeaderFormat sets at most seven.
-const maxHeaders = 8
-
-// setHeaders stores res's rate-limit header fields in h, replacing earlier
-// values. The values share one backing array, one allocation for all of
-// them; each is capped at length 1, so appending to one cannot clobber the
-// next. The names of a format other than the default are canonicalized,
-// which allocates nothing for core.NamesCanonical.
-func (m *middleware) setHeaders(h http.Header, res *keyfuncs.Result) {
-	var (
-		names [maxHeaders]string
-		vals  [maxHeaders]string
-		n     int
-	)
-	m.flow.Headers(res, func(name, value string) {
-		if n == len(names) {
-			h.Set(name, value) // not reached with today's formats
-			return
-		}
-		names[n], vals[n] = name, value
-		n++
-	})
-	if n == 0 {
-		return
-	}
-	backing := make([]string, n)
-	copy(backing, vals[:n])
-	for i := range n {
-		name := names[i]
-		if !m.canonical {
-			name = textproto.CanonicalMIMEHeaderKey(name)
-		}
-		h[name] = backing[i : i+1 : i+1]
 	}
 }
 
@@ -146,7 +105,7 @@ const maxPooledBody = 16 << 10
 // reject answers a request that may not proceed.
 func (m *middleware) reject(c *gin.Context, res *keyfuncs.Result) {
 	c.Abort()
-	m.setHeaders(c.Writer.Header(), res)
+	m.flow.SetHTTPHeaders(c.Writer.Header(), res)
 	if m.deny != nil {
 		// The pending status, so that a handler that writes only a body,
 		// or nothing, still answers 429 (or 503), not gin's default 200.

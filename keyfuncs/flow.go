@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/textproto"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
@@ -280,6 +282,40 @@ func (m *Middleware) ErrorStatus(err error) int {
 		return 0
 	}
 	return 500
+}
+
+// maxHeaders is how many fields SetHTTPHeaders gathers before storing
+// them; a HeaderFormat sets at most seven.
+const maxHeaders = 8
+
+// SetHTTPHeaders stores res's rate-limit header fields in h, as Headers
+// reports them, replacing earlier values: the net/http and gin adapters
+// write through it. The values share one backing array, one allocation for
+// all of them; each is capped at length 1, so appending to one cannot
+// clobber the next. Names are canonicalized, which allocates nothing for
+// names already canonical (core.NamesCanonical).
+func (m *Middleware) SetHTTPHeaders(h http.Header, res *Result) {
+	var (
+		names [maxHeaders]string
+		vals  [maxHeaders]string
+		n     int
+	)
+	m.Headers(res, func(name, value string) {
+		if n == len(names) {
+			h.Set(name, value) // not reached with today's formats
+			return
+		}
+		names[n], vals[n] = name, value
+		n++
+	})
+	if n == 0 {
+		return
+	}
+	backing := make([]string, n)
+	copy(backing, vals[:n])
+	for i := range n {
+		h[textproto.CanonicalMIMEHeaderKey(names[i])] = backing[i : i+1 : i+1]
+	}
 }
 
 // Denial returns the status, content type and body of the default response

@@ -3,7 +3,6 @@ package nethttp
 import (
 	"errors"
 	"net/http"
-	"net/textproto"
 	"sync"
 
 	"github.com/bucketry/ratelimit/core"
@@ -19,9 +18,6 @@ type Middleware struct {
 	deny    func(http.ResponseWriter, *http.Request, *core.Decision) // nil: the problem body
 	onError func(http.ResponseWriter, *http.Request, error)          // nil: the status text
 	bodies  sync.Pool                                                // *[]byte, for problem bodies
-	// canonical says the format is the default one, whose names need no
-	// canonicalizing.
-	canonical bool
 }
 
 // canonicalFormat is the default header format: every field, with names
@@ -60,7 +56,7 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{flow: flow, deny: cfg.deny, onError: cfg.onError, canonical: flow.Format() == f}
+	m := &Middleware{flow: flow, deny: cfg.deny, onError: cfg.onError}
 	m.bodies.New = func() any {
 		b := make([]byte, 0, 512)
 		return &b
@@ -112,45 +108,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case !res.Proceed:
 		m.reject(w, r, &res)
 	default:
-		m.setHeaders(w.Header(), &res)
+		m.flow.SetHTTPHeaders(w.Header(), &res)
 		h.next.ServeHTTP(w, r)
-	}
-}
-
-// maxHeaders is how many fields setHeaders gathers before storing them; a
-// HeaderFormat sets at most seven.
-const maxHeaders = 8
-
-// setHeaders stores res's rate-limit header fields in h, replacing earlier
-// values. The values share one backing array, one allocation for all of
-// them; each is capped at length 1, so appending to one cannot clobber the
-// next. The names of a format other than the default are canonicalized,
-// which allocates nothing for core.NamesCanonical.
-func (m *Middleware) setHeaders(h http.Header, res *keyfuncs.Result) {
-	var (
-		names [maxHeaders]string
-		vals  [maxHeaders]string
-		n     int
-	)
-	m.flow.Headers(res, func(name, value string) {
-		if n == len(names) {
-			h.Set(name, value) // not reached with today's formats
-			return
-		}
-		names[n], vals[n] = name, value
-		n++
-	})
-	if n == 0 {
-		return
-	}
-	backing := make([]string, n)
-	copy(backing, vals[:n])
-	for i := range n {
-		name := names[i]
-		if !m.canonical {
-			name = textproto.CanonicalMIMEHeaderKey(name)
-		}
-		h[name] = backing[i : i+1 : i+1]
 	}
 }
 
@@ -159,7 +118,7 @@ const maxPooledBody = 16 << 10
 
 // reject answers a request that may not proceed.
 func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, res *keyfuncs.Result) {
-	m.setHeaders(w.Header(), res)
+	m.flow.SetHTTPHeaders(w.Header(), res)
 	if m.deny != nil {
 		d := res.Decision // the handler's own copy
 		m.deny(w, r, &d)
