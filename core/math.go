@@ -161,9 +161,19 @@ func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 // time is tat, and returns the answer and the next tat (unchanged unless
 // allowed with cost > 0).
 func (l *Limit) gcra(tat, now, cost int64) (BucketState, int64) {
+	st, left, next := l.gcraSpan(tat, now, cost)
+	st.Remaining = left / l.interval
+	return st, next
+}
+
+// gcraSpan is gcra without its one division: it leaves st.Remaining unset
+// and returns the span, in ns, that Remaining is the whole number of
+// intervals of. The memory store divides after unlocking the bucket, which
+// keeps a hot bucket's lock held for less time.
+func (l *Limit) gcraSpan(tat, now, cost int64) (st BucketState, left, next int64) {
 	debt := max(tat-now, 0)
 	room := l.tau - debt // negative only if the clock went backwards
-	st := BucketState{ResetAfter: time.Duration(debt)}
+	st = BucketState{ResetAfter: time.Duration(debt)}
 	need := cost * l.interval
 	wait := need - room // > 0: the cost does not fit now
 	if cost == 0 || cost > l.burst {
@@ -171,27 +181,24 @@ func (l *Limit) gcra(tat, now, cost int64) (BucketState, int64) {
 		if !st.Allowed {
 			st.Reason = ReasonCostExceedsLimit
 		}
-		st.Remaining = max(room, 0) / l.interval
-		return st, tat
+		return st, max(room, 0), tat
 	}
 	if wait <= 0 || (l.alg == AlgShaping && wait <= int64(l.maxWait)) {
 		st.Allowed = true
 		if wait > 0 {
 			st.Delay = time.Duration(wait)
 		}
-		st.Remaining = max(room-need, 0) / l.interval
 		st.ResetAfter = time.Duration(debt + need)
-		return st, now + debt + need
+		return st, max(room-need, 0), now + debt + need
 	}
 	st.Reason = ReasonLimited
-	st.Remaining = max(room, 0) / l.interval
 	st.RetryAfter = time.Duration(wait)
 	if l.alg == AlgShaping {
 		// A shaping bucket admits, with a delay, as soon as the wait is
 		// within MaxWait.
 		st.RetryAfter = time.Duration(wait - int64(l.maxWait))
 	}
-	return st, tat
+	return st, max(room, 0), tat
 }
 
 // windowStart returns the start of the fixed window holding now, and the

@@ -245,6 +245,14 @@ func (s *MemoryStore) takeOne(t *Take, now int64) {
 		if e == nil {
 			break
 		}
+		if b.Limit.isBucket() {
+			// The hot path: divide for Remaining once the lock is free.
+			st, left := e.decideBucket(b.Limit, now, t.Cost)
+			e.mu.Unlock()
+			st.Remaining = left / b.Limit.interval
+			t.States[0] = st
+			return
+		}
 		t.States[0] = e.decide(b.Limit, now, t.Cost)
 		e.mu.Unlock()
 		return
@@ -277,11 +285,8 @@ func (e *entry) decide(l *Limit, now, cost int64) BucketState {
 		e.st, e.alg, e.expires = State{Log: e.st.Log[:0]}, 0, 0
 	}
 	if l.isBucket() {
-		// Token bucket fast path: the state is one int64.
-		st, tat := l.gcra(e.st.A, now, cost)
-		if tat != e.st.A {
-			e.alg, e.st.A, e.expires = l.alg, tat, tat
-		}
+		st, left := e.decideBucket(l, now, cost)
+		st.Remaining = left / l.interval
 		return st
 	}
 	st, next := l.Decide(&e.st, now, cost)
@@ -290,6 +295,20 @@ func (e *entry) decide(l *Limit, now, cost int64) BucketState {
 		e.alg, e.expires = l.alg, l.ExpiresAt(&e.st)
 	}
 	return st
+}
+
+// decideBucket is decide for a token bucket or shaping limit, whose state is
+// one int64, without the division for Remaining: it returns the span
+// Remaining counts intervals of (see Limit.gcraSpan). The caller holds e.mu.
+func (e *entry) decideBucket(l *Limit, now, cost int64) (BucketState, int64) {
+	if e.alg != l.alg && e.alg != 0 {
+		e.st, e.alg, e.expires = State{Log: e.st.Log[:0]}, 0, 0
+	}
+	st, left, tat := l.gcraSpan(e.st.A, now, cost)
+	if tat != e.st.A {
+		e.alg, e.st.A, e.expires = l.alg, tat, tat
+	}
+	return st, left
 }
 
 // takeMany locks every shard involved, in index order so that two takes
