@@ -295,3 +295,48 @@ func TestContextCanceledIsNotAFailure(t *testing.T) {
 		t.Fatalf("error = %v, want context.Canceled", err)
 	}
 }
+
+// TestReclaimDelay: a bucket reclaimed at a later time is found new at an
+// earlier one unless the store keeps it for the step back.
+func TestReclaimDelay(t *testing.T) {
+	rule := Rule{Name: "fw", Scope: ScopeUser, Limit: FixedWindow(5, time.Second)}
+	p, err := NewPolicy(rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := &p.Rules()[0].Limit
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		want  bool // the step back still sees the window's count
+	}{
+		{"no delay", 0, false},
+		{"an hour", time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := NewMemoryStore(WithShards(1), WithReclaimDelay(tc.delay))
+			if err != nil {
+				t.Fatal(err)
+			}
+			take := func(at time.Duration, key string, cost int64) BucketState {
+				tk := &Take{Now: t0.Add(at), Cost: cost, Buckets: []Bucket{{Rule: "fw", Key: key, Limit: lim}}, States: make([]BucketState, 1)}
+				if err := s.Take(context.Background(), tk); err != nil {
+					t.Fatal(err)
+				}
+				return tk.States[0]
+			}
+			take(0, "a", 5) // the window [t0, t0+1s) is used up
+			// Later inserts sweep the shard at t0+2s, when "a" has expired.
+			for i := range 20 {
+				take(2*time.Second, "k"+string(rune('a'+i)), 1)
+			}
+			st := take(500*time.Millisecond, "a", 0) // back inside the first window
+			if got := st.Remaining == 0; got != tc.want {
+				t.Fatalf("back at t0+500ms: Remaining = %d; want the used-up window kept: %v", st.Remaining, tc.want)
+			}
+		})
+	}
+	if _, err := NewMemoryStore(WithReclaimDelay(-time.Second)); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("negative delay: %v", err)
+	}
+}

@@ -25,7 +25,8 @@ import (
 // A bucket whose state is equivalent to a new one (a full token bucket, an
 // empty window) has expired: it is dropped as the store goes, a few slots of
 // a shard at each insertion, and all at once by Reclaim, one shard at a
-// time. Nothing ever locks the whole store.
+// time. Nothing ever locks the whole store. Decisions with explicit times
+// that can step back should keep expired buckets a while (WithReclaimDelay).
 //
 // The store holds at most WithMaxKeys buckets (rounded up to a multiple of
 // the shard count). When a shard is full it first drops expired buckets; if
@@ -41,7 +42,8 @@ type MemoryStore struct {
 	clock  Clock // nil: the monotonic clock below
 	wall0  int64 // Unix ns at mono0
 	mono0  time.Time
-	perCap int // most buckets per shard
+	perCap int   // most buckets per shard
+	delay  int64 // ns an expired bucket is kept before it is reclaimed
 
 	evictions atomic.Int64
 	reclaimed atomic.Int64
@@ -93,6 +95,7 @@ type shard struct {
 type MemoryOption interface{ applyMemory(*memoryConfig) }
 
 type memoryConfig struct {
+	delay   time.Duration
 	clock   Clock
 	maxKeys int
 	shards  int
@@ -114,6 +117,18 @@ func WithMaxKeys(n int) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.maxKeys = n })
 }
 
+// WithReclaimDelay keeps a bucket for d after it is full again before
+// reclaiming it. The default, 0, reclaims it as soon as it is, which is
+// right when decisions read the store's monotonic clock: time never steps
+// back. Set it when decisions carry explicit times or a clock that can step
+// back (replays, tests): a bucket reclaimed at a later time would otherwise
+// be found new at an earlier one, and time moving backwards must never
+// create tokens. A kept bucket never changes a decision; it only holds
+// memory, and the bound (WithMaxKeys) still evicts it first.
+func WithReclaimDelay(d time.Duration) MemoryOption {
+	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.delay = d })
+}
+
 // WithShards sets the number of shards, rounded up to a power of two. The
 // default is 16 per CPU, at least 64.
 func WithShards(n int) MemoryOption {
@@ -132,6 +147,9 @@ func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
 	if cfg.shards < 1 || cfg.shards > 1<<16 {
 		return nil, fmt.Errorf("%w: shards must be between 1 and 65536, got %d", ErrInvalidOption, cfg.shards)
 	}
+	if cfg.delay < 0 || cfg.delay > MaxSpan {
+		return nil, fmt.Errorf("%w: reclaim delay must be between 0 and %v, got %v", ErrInvalidOption, MaxSpan, cfg.delay)
+	}
 	n := 1 << bits.Len(uint(cfg.shards-1))
 	n = min(n, 1<<bits.Len(uint(cfg.maxKeys-1))) // no shard without room
 	s := &MemoryStore{
@@ -141,6 +159,7 @@ func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
 		clock:  cfg.clock,
 		mono0:  time.Now(),
 		perCap: (cfg.maxKeys + n - 1) / n,
+		delay:  int64(cfg.delay),
 	}
 	s.wall0 = s.mono0.UnixNano()
 	for i := range s.shards {
@@ -492,7 +511,7 @@ func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
 		if e == nil || e == tombstone || !e.mu.TryLock() {
 			continue
 		}
-		if e.expires <= now {
+		if e.expires+s.delay <= now {
 			sh.drop(tab, i, e)
 			s.reclaimed.Add(1)
 		}

@@ -67,7 +67,8 @@ func TestSameDecisionsAsMemory(t *testing.T) {
 	p := mustPolicy(t, rules...)
 	validated := p.Rules()
 	for seq := range 40 {
-		mem, err := core.NewMemoryStore()
+		// Time steps back below: keep reclaimed buckets for it (see WithReclaimDelay).
+		mem, err := core.NewMemoryStore(core.WithReclaimDelay(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

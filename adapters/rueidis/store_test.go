@@ -249,7 +249,8 @@ func TestSameDecisionsAsMemory(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			var local int64
 			for seq := range 20 {
-				mem, err := core.NewMemoryStore()
+				// Time steps back: keep reclaimed buckets for it (see WithReclaimDelay).
+				mem, err := core.NewMemoryStore(core.WithReclaimDelay(time.Hour))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1114,7 +1115,7 @@ func TestGarbageRepliesAcrossSlots(t *testing.T) {
 // entry than the refund's time: the store agrees with the memory store.
 func TestRefundRestoresExactly(t *testing.T) {
 	st := mustStore(t, newClient(t, clusterOpt(sharedCluster(t))), rstore.WithMinTTL(time.Hour))
-	mem, err := core.NewMemoryStore()
+	mem, err := core.NewMemoryStore(core.WithReclaimDelay(time.Hour)) // time steps back
 	if err != nil {
 		t.Fatal(err)
 	}
