@@ -21,8 +21,6 @@ func benchLimiter(b *testing.B, rules ...Rule) *Limiter {
 	return l
 }
 
-var sink Decision
-
 // BenchmarkHotKeyAllow: one key, a limit high enough that every call is
 // allowed.
 func BenchmarkHotKeyAllow(b *testing.B) {

@@ -290,11 +290,10 @@ var headerNames = [numHeaders]string{
 // listing every tier that denied; a FailClosed store failure gets a short
 // about:blank body with status 503.
 type HeaderFormat struct {
-	names        [numHeaders]string
-	on           [numHeaders]bool
-	reset        ResetFormat
-	tiers        TierSelection
-	cacheControl bool
+	names [numHeaders]string
+	on    [numHeaders]bool
+	reset ResetFormat
+	tiers TierSelection
 }
 
 // NewHeaderFormat returns a HeaderFormat with the given options applied over
