@@ -15,16 +15,14 @@ import (
 // Store is a core.Store on Redis through go-redis v9; see the package
 // documentation for its guarantees. It is safe for concurrent use.
 type Store struct {
-	client  redis.UniversalClient
-	cluster bool
-	keys    *redisscript.Keys
-	clock   core.Clock // nil: the Redis server's TIME
-	timeout time.Duration
-	minTTL  time.Duration
-	denials *denials // nil unless WithLocalDenials
-	// batchers, one per hash slot (one in all outside Cluster), made on
-	// first use; nil without batching.
-	batchers []atomic.Pointer[redisscript.Batcher]
+	client   redis.UniversalClient
+	cluster  bool
+	keys     *redisscript.Keys
+	clock    core.Clock // nil: the Redis server's TIME
+	timeout  time.Duration
+	minTTL   time.Duration
+	denials  *denials              // nil unless WithLocalDenials
+	batchers *redisscript.Batchers // nil without batching
 
 	remote  atomic.Int64
 	local   atomic.Int64
@@ -36,14 +34,7 @@ type Store struct {
 type Option interface{ apply(*config) }
 
 type config struct {
-	prefix  string
-	hashAll bool
-	secret  []byte
-	clock   core.Clock
-	timeout time.Duration
-	local   bool
-	noBatch bool
-	minTTL  time.Duration
+	redisscript.Settings
 }
 
 type optionFunc func(*config)
@@ -54,20 +45,20 @@ func (f optionFunc) apply(c *config) { f(c) }
 // hash tag such as "{ratelimit}" to keep every bucket in one Cluster slot,
 // which makes multi-tier checks a single script call at the price of one
 // hot slot.
-func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
+func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.Prefix = p }) }
 
 // WithHashedIdentities replaces every identity in a key by
 // HMAC-SHA-256(secret, identity), so raw user ids and addresses never reach
 // Redis. secret must be at least 16 bytes and the same on every instance.
 func WithHashedIdentities(secret []byte) Option {
-	return optionFunc(func(c *config) { c.hashAll, c.secret = true, secret })
+	return optionFunc(func(c *config) { c.HashAll, c.Secret = true, secret })
 }
 
 // WithClientClock makes the store decide at clock's time instead of the
 // Redis server's TIME. Every instance sharing the buckets must then share
 // one clock; tests use it to control time.
 func WithClientClock(clock core.Clock) Option {
-	return optionFunc(func(c *config) { c.clock = clock })
+	return optionFunc(func(c *config) { c.Clock = clock })
 }
 
 // WithTimeout bounds each Take, on top of the caller's context. Zero (the
@@ -75,7 +66,7 @@ func WithClientClock(clock core.Clock) Option {
 // go-redis honours context deadlines only when the client's options have
 // ContextTimeoutEnabled set; New rejects a timeout on a *redis.Client or
 // *redis.ClusterClient without it, rather than ignore it.
-func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.timeout = d }) }
+func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.Timeout = d }) }
 
 // WithMinTTL keeps every key written for at least d. By default a key lives
 // exactly until its bucket is full again, and that is right when decisions
@@ -85,55 +76,46 @@ func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c
 // (a clock moved back, a fake clock in tests): a floor prevents that. A
 // longer life never changes a decision, since the stored state itself says
 // when the bucket is full; it only costs memory.
-func WithMinTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.minTTL = d }) }
+func WithMinTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.MinTTL = d }) }
 
 // WithLocalDenials lets the store answer a repeated denial without a round
 // trip: see the package documentation for when that is provably right.
-func WithLocalDenials() Option { return optionFunc(func(c *config) { c.local = true }) }
+func WithLocalDenials() Option { return optionFunc(func(c *config) { c.Local = true }) }
 
 // WithoutBatching sends every request in a script call of its own. By
 // default, requests for one hash slot that arrive while a call is in flight
 // are sent together in the next call (see the package documentation).
-func WithoutBatching() Option { return optionFunc(func(c *config) { c.noBatch = true }) }
-
-// maxBatch is the most requests one script call carries.
-const maxBatch = 128
+func WithoutBatching() Option { return optionFunc(func(c *config) { c.NoBatch = true }) }
 
 // New returns a store on client: a *redis.Client, a failover client
 // (Sentinel) or a *redis.ClusterClient. It fails with core.ErrInvalidOption
 // for a nil client, an empty prefix, a short secret or a negative timeout.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	cfg := config{prefix: "ratelimit"}
+	cfg := config{Settings: redisscript.DefaultSettings()}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil redis client", core.ErrInvalidOption)
 	}
-	if cfg.timeout < 0 {
-		return nil, fmt.Errorf("%w: timeout must be >= 0, got %v", core.ErrInvalidOption, cfg.timeout)
-	}
-	if cfg.minTTL < 0 || cfg.minTTL > core.MaxSpan {
-		return nil, fmt.Errorf("%w: WithMinTTL must be between 0 and %v, got %v", core.ErrInvalidOption, core.MaxSpan, cfg.minTTL)
-	}
-	if cfg.timeout > 0 && !contextTimeouts(client) {
-		return nil, fmt.Errorf("%w: WithTimeout(%v) needs the client's ContextTimeoutEnabled option, or go-redis ignores it", core.ErrInvalidOption, cfg.timeout)
-	}
-	keys, err := redisscript.NewKeys(cfg.prefix, cfg.hashAll, cfg.secret)
+	keys, err := cfg.Check()
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Timeout > 0 && !contextTimeouts(client) {
+		return nil, fmt.Errorf("%w: WithTimeout(%v) needs the client's ContextTimeoutEnabled option, or go-redis ignores it", core.ErrInvalidOption, cfg.Timeout)
+	}
 	_, cluster := client.(*redis.ClusterClient)
-	s := &Store{client: client, cluster: cluster, keys: keys, clock: cfg.clock, timeout: cfg.timeout, minTTL: cfg.minTTL}
-	if cfg.local {
+	s := &Store{client: client, cluster: cluster, keys: keys, clock: cfg.Clock, timeout: cfg.Timeout, minTTL: cfg.MinTTL}
+	if cfg.Local {
 		s.denials = newDenials()
 	}
-	if !cfg.noBatch {
-		n := 1
+	if !cfg.NoBatch {
+		slots := 1
 		if cluster {
-			n = 16384
+			slots = 16384
 		}
-		s.batchers = make([]atomic.Pointer[redisscript.Batcher], n)
+		s.batchers = redisscript.NewBatchers(slots, s.send, s.timeout, s.minTTL)
 	}
 	return s, nil
 }
@@ -211,7 +193,7 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 	if one {
 		c := &redisscript.Call{Cost: t.Cost, Buckets: t.Buckets, Keys: keys, States: t.States}
 		if s.batchers != nil {
-			t.At, err = s.batcher(slot).Do(ctx, now, c)
+			t.At, err = s.batchers.For(slot).Do(ctx, now, c)
 		} else {
 			t.At, err = s.direct(ctx, now, c)
 		}
@@ -251,15 +233,6 @@ func (s *Store) oneSlot(keys []string) (int, bool) {
 		}
 	}
 	return slot, true
-}
-
-func (s *Store) batcher(slot int) *redisscript.Batcher {
-	p := &s.batchers[slot]
-	if b := p.Load(); b != nil {
-		return b
-	}
-	p.CompareAndSwap(nil, redisscript.NewBatcher(s.send, maxBatch, s.timeout, s.minTTL))
-	return p.Load()
 }
 
 // direct sends one call alone.

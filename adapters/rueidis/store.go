@@ -16,16 +16,14 @@ import (
 // Store is a core.Store on Redis through rueidis: standalone, Sentinel and
 // Cluster. It is safe for concurrent use.
 type Store struct {
-	client  rueidis.Client
-	cluster bool
-	keys    *redisscript.Keys
-	clock   core.Clock // nil: the Redis server's TIME
-	timeout time.Duration
-	minTTL  time.Duration
-	local   *local // nil unless WithLocalDenials
-	// batchers, one per hash slot (one in all outside Cluster), made on
-	// first use; nil without batching.
-	batchers []atomic.Pointer[redisscript.Batcher]
+	client   rueidis.Client
+	cluster  bool
+	keys     *redisscript.Keys
+	clock    core.Clock // nil: the Redis server's TIME
+	timeout  time.Duration
+	minTTL   time.Duration
+	local    *local                // nil unless WithLocalDenials
+	batchers *redisscript.Batchers // nil without batching
 
 	remote  atomic.Int64
 	denied  atomic.Int64 // local denials from cache hits
@@ -40,15 +38,8 @@ type Store struct {
 type Option interface{ apply(*config) }
 
 type config struct {
-	prefix  string
-	hashAll bool
-	secret  []byte
-	clock   core.Clock
-	timeout time.Duration
-	local   bool
-	noBatch bool
+	redisscript.Settings
 	maxKeys int
-	minTTL  time.Duration
 }
 
 type optionFunc func(*config)
@@ -59,25 +50,25 @@ func (f optionFunc) apply(c *config) { f(c) }
 // hash tag such as "{ratelimit}" to keep every bucket in one Cluster slot,
 // which makes multi-tier checks a single script call at the price of one
 // hot slot.
-func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
+func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.Prefix = p }) }
 
 // WithHashedIdentities replaces every identity in a key by
 // HMAC-SHA-256(secret, identity), so raw user ids and addresses never reach
 // Redis. secret must be at least 16 bytes and the same on every instance.
 func WithHashedIdentities(secret []byte) Option {
-	return optionFunc(func(c *config) { c.hashAll, c.secret = true, secret })
+	return optionFunc(func(c *config) { c.HashAll, c.Secret = true, secret })
 }
 
 // WithClientClock makes the store decide at clock's time instead of the
 // Redis server's TIME. Every instance sharing the buckets must then share
 // one clock; tests use it to control time. A nil clock keeps the server's.
 func WithClientClock(clock core.Clock) Option {
-	return optionFunc(func(c *config) { c.clock = clock })
+	return optionFunc(func(c *config) { c.Clock = clock })
 }
 
 // WithTimeout bounds each Take, on top of the caller's context. Zero (the
 // default) leaves only the caller's context and the client's own timeouts.
-func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.timeout = d }) }
+func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.Timeout = d }) }
 
 // WithMinTTL keeps every key written for at least d (0, the default: each
 // key lives exactly until its bucket is full again, which is right when
@@ -88,7 +79,7 @@ func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c
 // longer life never changes a decision, since the stored state itself says
 // when the bucket is full; it only costs memory. d must be between 0 and
 // core.MaxSpan.
-func WithMinTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.minTTL = d }) }
+func WithMinTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.MinTTL = d }) }
 
 // WithLocalDenials lets the store deny a request without running the script
 // when bucket state read through rueidis client-side caching proves that
@@ -96,7 +87,7 @@ func WithMinTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.
 // client-side caching on (the rueidis default; not with DisableCache or
 // RESP2), otherwise every such read is a round trip, counted in
 // Stats.CacheMisses.
-func WithLocalDenials() Option { return optionFunc(func(c *config) { c.local = true }) }
+func WithLocalDenials() Option { return optionFunc(func(c *config) { c.Local = true }) }
 
 // WithLocalDenialKeys bounds how many bucket keys the local denial cache
 // tracks (100,000 by default; each costs about 250 bytes plus the key). When
@@ -107,10 +98,7 @@ func WithLocalDenialKeys(n int) Option { return optionFunc(func(c *config) { c.m
 // WithoutBatching sends every request in a script call of its own. By
 // default, requests for one hash slot that arrive while a call is in flight
 // are sent together in the next call (see the package documentation).
-func WithoutBatching() Option { return optionFunc(func(c *config) { c.noBatch = true }) }
-
-// maxBatch is the most requests one script call carries.
-const maxBatch = 128
+func WithoutBatching() Option { return optionFunc(func(c *config) { c.NoBatch = true }) }
 
 // defaultLocalKeys bounds the local denial cache by default.
 const defaultLocalKeys = 100_000
@@ -121,7 +109,7 @@ const defaultLocalKeys = 100_000
 // secret, a negative timeout, a minimum TTL out of range or a local denial
 // bound below 1.
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
-	cfg := config{prefix: "ratelimit", maxKeys: defaultLocalKeys}
+	cfg := config{Settings: redisscript.DefaultSettings(), maxKeys: defaultLocalKeys}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
@@ -130,30 +118,24 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil rueidis client", core.ErrInvalidOption)
 	}
-	if cfg.timeout < 0 {
-		return nil, fmt.Errorf("%w: timeout must be >= 0, got %v", core.ErrInvalidOption, cfg.timeout)
-	}
-	if cfg.minTTL < 0 || cfg.minTTL > core.MaxSpan {
-		return nil, fmt.Errorf("%w: WithMinTTL must be between 0 and %v, got %v", core.ErrInvalidOption, core.MaxSpan, cfg.minTTL)
+	keys, err := cfg.Check()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.maxKeys < 1 {
 		return nil, fmt.Errorf("%w: local denial keys must be >= 1, got %d", core.ErrInvalidOption, cfg.maxKeys)
 	}
-	keys, err := redisscript.NewKeys(cfg.prefix, cfg.hashAll, cfg.secret)
-	if err != nil {
-		return nil, err
-	}
 	cluster := client.Mode() == rueidis.ClientModeCluster
-	s := &Store{client: client, cluster: cluster, keys: keys, clock: cfg.clock, timeout: cfg.timeout, minTTL: cfg.minTTL}
+	s := &Store{client: client, cluster: cluster, keys: keys, clock: cfg.Clock, timeout: cfg.Timeout, minTTL: cfg.MinTTL}
 	slots := 1
 	if cluster {
 		slots = 16384
 	}
-	if cfg.local {
+	if cfg.Local {
 		s.local = newLocal(slots, cfg.maxKeys)
 	}
-	if !cfg.noBatch {
-		s.batchers = make([]atomic.Pointer[redisscript.Batcher], slots)
+	if !cfg.NoBatch {
+		s.batchers = redisscript.NewBatchers(slots, s.send, s.timeout, s.minTTL)
 	}
 	return s, nil
 }
@@ -243,7 +225,7 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 	c := &redisscript.Call{Cost: t.Cost, Buckets: t.Buckets, Keys: keys, States: t.States}
 	var err error
 	if s.batchers != nil {
-		t.At, err = s.batcher(slot).Do(ctx, now, c)
+		t.At, err = s.batchers.For(slot).Do(ctx, now, c)
 	} else {
 		t.At, err = s.direct(ctx, now, c)
 	}
@@ -304,15 +286,6 @@ func (s *Store) slot(key string) int {
 		return 0
 	}
 	return redisscript.Slot(key)
-}
-
-func (s *Store) batcher(slot int) *redisscript.Batcher {
-	p := &s.batchers[slot]
-	if b := p.Load(); b != nil {
-		return b
-	}
-	p.CompareAndSwap(nil, redisscript.NewBatcher(s.send, maxBatch, s.timeout, s.minTTL))
-	return p.Load()
 }
 
 // direct sends one call alone.
