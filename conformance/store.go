@@ -1015,7 +1015,7 @@ func testBadInput(t *testing.T, h StoreHarness) {
 		{"negative_cost", input{cost: -1, keys: []string{"alice"}}, core.ErrInvalidCost},
 		{"cost_above_max", input{cost: core.MaxCost + 1, keys: []string{"alice"}}, core.ErrInvalidCost},
 		{"now_before_1970", input{now: time.Unix(-1, 0), cost: 1, keys: []string{"alice"}}, core.ErrInvalidTime},
-		{"now_after_max_time", input{now: core.MaxTime.Add(ns), cost: 1, keys: []string{"alice"}}, core.ErrInvalidTime},
+		{"now_after_max_time", input{now: core.MaxTime().Add(ns), cost: 1, keys: []string{"alice"}}, core.ErrInvalidTime},
 		{"nil_limit", input{cost: 1, keys: []string{"alice"}, nilL: true}, core.ErrInvalidRule},
 		{"unvalidated_limit", input{cost: 1, keys: []string{"alice"}, rawL: true}, core.ErrInvalidRule},
 		{"states_too_short", input{cost: 1, keys: []string{"alice", "bob"}, short: true}, core.ErrInvalidOption},
@@ -1023,7 +1023,7 @@ func testBadInput(t *testing.T, h StoreHarness) {
 		{"key_max_len", input{cost: 1, keys: []string{maxLenKey}}, nil},
 		{"cost_max", input{cost: core.MaxCost, keys: []string{"alice"}}, nil},
 		{"now_epoch", input{now: time.Unix(0, 0), cost: 1, keys: []string{"alice"}}, nil},
-		{"now_max_time", input{now: core.MaxTime, cost: 1, keys: []string{"alice"}}, nil},
+		{"now_max_time", input{now: core.MaxTime(), cost: 1, keys: []string{"alice"}}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

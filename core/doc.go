@@ -20,6 +20,15 @@
 // one with the longest RetryAfter or, when allowed, the one with the least
 // Remaining.
 //
+// Constructors return errors, never panic, and never substitute a default
+// for a value that cannot work. A nil option, or a nil Store, Observer or
+// Clock given to WithStore, WithObserver or WithClock, is an error wrapping
+// ErrInvalidOption that names the constructor and the option's position, or
+// the option. A Limiter or MemoryStore must come from its constructor: on a
+// zero value or a nil pointer their methods return errors wrapping
+// ErrNotConstructed (those without an error return give zero answers), and a
+// zero HeaderFormat sets no headers.
+//
 // # Bucket math
 //
 // A token bucket has a rate r and a burst b. A new bucket is full, tokens

@@ -2,8 +2,9 @@ package core
 
 import "errors"
 
-// Configuration errors, returned (wrapped, naming the rule and the field) by
-// NewPolicy, NewLimiter and NewMemoryStore. Match them with errors.Is.
+// Configuration errors, returned (wrapped, naming the rule and the field, or
+// the option) by NewPolicy, NewLimiter, NewMemoryStore and NewHeaderFormat.
+// Match them with errors.Is.
 var (
 	// ErrInvalidRule: a rule is malformed (no name, bad name, no limit).
 	ErrInvalidRule = errors.New("ratelimit: invalid rule")
@@ -19,8 +20,16 @@ var (
 	// ErrDuplicateRule: two rules share a name on overlapping plans, so they
 	// would share buckets.
 	ErrDuplicateRule = errors.New("ratelimit: duplicate rule")
-	// ErrInvalidOption: an option has a value that cannot work.
+	// ErrInvalidOption: an option has a value that cannot work, an option
+	// is nil (the error names the constructor and the option's position in
+	// its arguments, counted from 0), or an option is given a nil argument
+	// (the error names the option): a nil Store, Observer or Clock is
+	// refused, never replaced by a default.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
+	// ErrNotConstructed: a method was called on a Limiter or MemoryStore
+	// that was not made by its constructor (a zero value, or a nil
+	// pointer). The error names the type and the constructor to use.
+	ErrNotConstructed = errors.New("ratelimit: not constructed")
 )
 
 // Request errors, returned by the Limiter and by stores for input that no
@@ -31,8 +40,8 @@ var (
 	ErrInvalidKey = errors.New("ratelimit: invalid key")
 	// ErrInvalidCost: a cost is negative or above MaxCost.
 	ErrInvalidCost = errors.New("ratelimit: invalid cost")
-	// ErrInvalidTime: an explicit time is before the Unix epoch or after
-	// MaxTime.
+	// ErrInvalidTime: an explicit time is zero, before the Unix epoch or
+	// after MaxTime().
 	ErrInvalidTime = errors.New("ratelimit: invalid time")
 )
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -117,6 +118,8 @@ func (c NameCase) String() string {
 }
 
 // HeaderOption configures a HeaderFormat; pass options to NewHeaderFormat.
+// Options are applied in order, so a later one replaces an earlier one of the
+// same kind. A nil HeaderOption is an error.
 type HeaderOption interface{ applyHeader(*headerConfig) }
 
 type headerConfig struct {
@@ -128,6 +131,13 @@ type headerConfig struct {
 	retryAfter   bool
 	cacheControl bool
 	names        NameCase
+	errs         []error // what the options got wrong, in order
+}
+
+// fail records an error wrapping ErrInvalidOption; NewHeaderFormat returns
+// them.
+func (c *headerConfig) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }
 
 type headerOptionFunc func(*headerConfig)
@@ -204,9 +214,12 @@ var headerNames = [numHeaders]string{
 }
 
 // HeaderFormat writes the rate-limit header fields and problem bodies of
-// decisions. Build one with NewHeaderFormat, once, at configuration time; the
-// zero value sets no headers. A HeaderFormat is immutable and safe for
-// concurrent use.
+// decisions. Build one with NewHeaderFormat, once, at configuration time. A
+// HeaderFormat is immutable and safe for concurrent use.
+//
+// The zero value, like a nil *HeaderFormat, has every field off: Headers
+// sets nothing, while Status and AppendProblem, which no option changes,
+// work as for any HeaderFormat. None of its methods panics.
 //
 // # Fields
 //
@@ -296,10 +309,12 @@ type HeaderFormat struct {
 	tiers TierSelection
 }
 
-// NewHeaderFormat returns a HeaderFormat with the given options applied over
-// the defaults (every field on, ResetUnix, TiersDeciding, NamesAsSpecified).
-// It fails with an error wrapping ErrInvalidOption for an unknown
-// ResetFormat, TierSelection or NameCase.
+// NewHeaderFormat returns a HeaderFormat with opts applied in order over the
+// defaults (every field on, ResetUnix, TiersDeciding, NamesAsSpecified). It
+// fails with an error wrapping ErrInvalidOption, naming the option at fault,
+// for a nil option (named by its position in opts, counted from 0) or an
+// unknown ResetFormat, TierSelection or NameCase; every mistake found is
+// reported, joined with errors.Join.
 func NewHeaderFormat(opts ...HeaderOption) (*HeaderFormat, error) {
 	cfg := headerConfig{
 		xRateLimit:   true,
@@ -308,17 +323,24 @@ func NewHeaderFormat(opts ...HeaderOption) (*HeaderFormat, error) {
 		retryAfter:   true,
 		cacheControl: true,
 	}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			cfg.fail("NewHeaderFormat: option %d is nil", i)
+			continue
+		}
 		o.applyHeader(&cfg)
 	}
 	if cfg.reset > ResetDelta {
-		return nil, fmt.Errorf("%w: WithResetFormat: want ResetUnix or ResetDelta, got %v", ErrInvalidOption, cfg.reset)
+		cfg.fail("WithResetFormat: want ResetUnix or ResetDelta, got %v", cfg.reset)
 	}
 	if cfg.tiers > TiersAll {
-		return nil, fmt.Errorf("%w: WithRateLimitTiers: want TiersDeciding or TiersAll, got %v", ErrInvalidOption, cfg.tiers)
+		cfg.fail("WithRateLimitTiers: want TiersDeciding or TiersAll, got %v", cfg.tiers)
 	}
 	if cfg.names > NamesLower {
-		return nil, fmt.Errorf("%w: WithNameCase: want NamesAsSpecified, NamesCanonical or NamesLower, got %v", ErrInvalidOption, cfg.names)
+		cfg.fail("WithNameCase: want NamesAsSpecified, NamesCanonical or NamesLower, got %v", cfg.names)
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
 	f := &HeaderFormat{reset: cfg.reset, tiers: cfg.tiers}
 	for i, n := range headerNames {
@@ -377,8 +399,11 @@ func lowerName(s string) string {
 // add. Headers allocates one string, which every value is a slice of, and
 // nothing when d has no rate-limit fields; the strings stay valid forever.
 // set is not retained. RateLimit-Policy and RateLimit must not be sent as
-// trailers (draft sections 3.1 and 4.1).
+// trailers (draft sections 3.1 and 4.1). A zero or nil f sets nothing.
 func (f *HeaderFormat) Headers(d *Decision, set func(name, value string)) {
+	if f == nil {
+		return
+	}
 	f.headers(d, d.Tiers(), d.At, set)
 }
 

@@ -80,7 +80,8 @@ func (r Rate) interval() (int64, error) {
 // String formats the rate as "10/1s".
 func (r Rate) String() string { return fmt.Sprintf("%d/%v", r.N, r.Per) }
 
-// Algorithm selects how a rule counts requests.
+// Algorithm selects how a rule counts requests. The zero value is no
+// algorithm: the zero Limit has it, and NewPolicy rejects it.
 type Algorithm uint8
 
 // The algorithms. Their exact semantics are in the package documentation.
@@ -202,10 +203,15 @@ const MaxSpan = 100 * 24 * time.Hour
 
 const maxSpan = MaxSpan
 
-// MaxTime is the latest instant a decision can be made at: int64 Unix
-// nanoseconds leave room for two maxSpan after it. Times before the Unix epoch
-// or after MaxTime are rejected with ErrInvalidTime.
-var MaxTime = time.Unix(0, math.MaxInt64-2*int64(maxSpan))
+// maxTime is MaxTime's answer: int64 Unix nanoseconds leave room for two
+// maxSpan after it. It is never written.
+var maxTime = time.Unix(0, math.MaxInt64-2*int64(maxSpan))
+
+// MaxTime returns the latest instant a decision can be made at, in
+// September 2261: int64 Unix nanoseconds leave room for two MaxSpan after it.
+// Explicit times before the Unix epoch or after MaxTime are rejected with
+// ErrInvalidTime. It is safe for concurrent use.
+func MaxTime() time.Time { return maxTime }
 
 // MaxCost is the largest cost a request may carry and the largest burst or
 // window limit a rule may have. Counts below 2^53 are exact in the doubles

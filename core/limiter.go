@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// FailureMode says what a Limiter does when its store fails.
+// FailureMode says what a Limiter does when its store fails. The zero value
+// is FailOpen.
 type FailureMode uint8
 
 const (
@@ -42,11 +44,14 @@ func (m FailureMode) String() string {
 const unavailableRetry = time.Second
 
 // Observer is called with every decision, on the deciding goroutine, after
-// the store answers. It must not retain req or d, and should be quick:
-// metrics and audit logs attach here.
+// the store answers; calls from concurrent decisions run concurrently, so it
+// must be safe for concurrent use. It must not retain req or d, and should be
+// quick: metrics and audit logs attach here.
 type Observer func(ctx context.Context, req *Request, d *Decision)
 
-// Option configures a Limiter.
+// Option configures a Limiter; pass options to NewLimiter. Options are
+// applied in order, so a later one replaces an earlier one of the same kind.
+// A nil Option is an error.
 type Option interface{ apply(*config) }
 
 type config struct {
@@ -57,23 +62,69 @@ type config struct {
 	breaker  bool
 	failures int
 	cooldown time.Duration
+	errs     []error // what the options got wrong, in order
+}
+
+// fail records an error wrapping ErrInvalidOption; NewLimiter returns them.
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }
 
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// WithStore sets the store. The default is a new MemoryStore.
-func WithStore(s Store) Option { return optionFunc(func(c *config) { c.store = s }) }
+// isNil reports whether v is nil or holds a nil pointer, function, map,
+// slice, channel or interface: a Store or Clock in an interface that would
+// fail on its first call must be refused when it is given, not called.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// WithStore sets the store, which the Limiter shares with whoever else holds
+// it. The default, without this option, is a new MemoryStore private to the
+// Limiter. A nil s (or an interface holding a nil pointer) and a MemoryStore
+// not made by NewMemoryStore make NewLimiter fail with ErrInvalidOption: a
+// nil store never silently means the default.
+func WithStore(s Store) Option {
+	return optionFunc(func(c *config) {
+		if isNil(s) {
+			c.fail("WithStore: store is nil")
+			return
+		}
+		if m, ok := s.(*MemoryStore); ok && !m.constructed() {
+			c.fail("WithStore: MemoryStore not made by NewMemoryStore")
+			return
+		}
+		c.store = s
+	})
+}
 
 // WithFailureMode sets what happens when the store fails. The default is
-// FailOpen.
+// FailOpen; a mode other than FailOpen, FailClosed and FailFallback makes
+// NewLimiter fail with ErrInvalidOption.
 func WithFailureMode(m FailureMode) Option {
 	return optionFunc(func(c *config) { c.failure = m })
 }
 
-// WithObserver sets a function called with every decision.
-func WithObserver(o Observer) Option { return optionFunc(func(c *config) { c.observer = o }) }
+// WithObserver sets a function called with every decision (see Observer).
+// The default is none; a nil o makes NewLimiter fail with ErrInvalidOption.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) {
+		if o == nil {
+			c.fail("WithObserver: observer is nil")
+			return
+		}
+		c.observer = o
+	})
+}
 
 // WithTimeout bounds every store call by d, on top of the caller's context.
 // A call that runs out of d is a store failure, which the failure mode
@@ -97,8 +148,12 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 	return optionFunc(func(c *config) { c.breaker, c.failures, c.cooldown = true, failures, cooldown })
 }
 
-// Limiter decides requests against a policy, all tiers at once. It is safe
-// for concurrent use.
+// Limiter decides requests against a policy, all tiers at once. Make one
+// with NewLimiter; it is safe for concurrent use and must not be copied.
+//
+// The zero value, like a nil *Limiter, is not usable: its methods that
+// return an error return one wrapping ErrNotConstructed, Policy returns nil
+// and BreakerState returns BreakerClosed. None of them panics.
 type Limiter struct {
 	policy   atomic.Pointer[Policy]
 	store    Store
@@ -111,31 +166,44 @@ type Limiter struct {
 	takes    sync.Pool     // *Take, for stores other than memory
 }
 
-// NewLimiter returns a limiter for policy. It fails with ErrInvalidOption
-// for a nil policy, an unknown failure mode, a negative timeout or a breaker
-// that cannot work.
+// NewLimiter returns a limiter for policy with opts applied in order over
+// the defaults (a new MemoryStore, FailOpen, no observer, no timeout, no
+// breaker). It fails with an error wrapping ErrInvalidOption, naming the
+// option at fault, for a nil policy, a nil option (named by its position in
+// opts, counted from 0), a nil store or observer, an unknown failure mode, a
+// negative timeout or a breaker that cannot work; every mistake found is
+// reported, joined with errors.Join.
 func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	var cfg config
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			cfg.fail("NewLimiter: option %d is nil", i)
+			continue
+		}
 		o.apply(&cfg)
 	}
 	if policy == nil {
-		return nil, fmt.Errorf("%w: nil policy", ErrInvalidOption)
+		cfg.fail("NewLimiter: policy is nil")
 	}
 	if cfg.failure > FailFallback {
-		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOption, cfg.failure)
+		cfg.fail("WithFailureMode: unknown failure mode %d", cfg.failure)
 	}
 	if cfg.timeout < 0 {
-		return nil, fmt.Errorf("%w: WithTimeout: timeout must be >= 0, got %v", ErrInvalidOption, cfg.timeout)
+		cfg.fail("WithTimeout: timeout must be >= 0, got %v", cfg.timeout)
+	}
+	if cfg.breaker {
+		if cfg.failures < 1 || cfg.failures > maxBreakerFailures {
+			cfg.fail("WithBreaker: failures must be between 1 and %d, got %d", maxBreakerFailures, cfg.failures)
+		}
+		if cfg.cooldown <= 0 {
+			cfg.fail("WithBreaker: cooldown must be > 0, got %v", cfg.cooldown)
+		}
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
 	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observer, timeout: cfg.timeout}
 	if cfg.breaker {
-		if cfg.failures < 1 || cfg.failures > maxBreakerFailures {
-			return nil, fmt.Errorf("%w: WithBreaker: failures must be between 1 and %d, got %d", ErrInvalidOption, maxBreakerFailures, cfg.failures)
-		}
-		if cfg.cooldown <= 0 {
-			return nil, fmt.Errorf("%w: WithBreaker: cooldown must be > 0, got %v", ErrInvalidOption, cfg.cooldown)
-		}
 		l.breaker = &breaker{threshold: uint64(cfg.failures), cooldown: cfg.cooldown}
 	}
 	if l.store == nil {
@@ -158,26 +226,48 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
+// constructed reports whether l was made by NewLimiter, which always sets a
+// store.
+func (l *Limiter) constructed() bool { return l != nil && l.store != nil }
+
+// errNotConstructed is the error of every method of an unusable Limiter.
+func errNotConstructed() error {
+	return fmt.Errorf("%w: Limiter is a zero value or nil; make one with NewLimiter", ErrNotConstructed)
+}
+
 // BreakerState reports the state of the circuit breaker: BreakerClosed when
-// there is none. An open breaker whose cooldown is over reads as
-// BreakerHalfOpen, since its next decision probes the store. The answer may
-// be stale by the time it is used; it is meant for metrics and health checks.
+// there is none, and for a Limiter not made by NewLimiter. An open breaker
+// whose cooldown is over reads as BreakerHalfOpen, since its next decision
+// probes the store. The answer may be stale by the time it is used; it is
+// meant for metrics and health checks. It is safe for concurrent use.
 func (l *Limiter) BreakerState() BreakerState {
-	if l.breaker == nil {
+	if l == nil || l.breaker == nil {
 		return BreakerClosed
 	}
 	return l.breaker.state()
 }
 
-// Policy returns the policy in force.
-func (l *Limiter) Policy() *Policy { return l.policy.Load() }
+// Policy returns the policy in force, or nil for a Limiter not made by
+// NewLimiter. It is safe for concurrent use with SetPolicy.
+func (l *Limiter) Policy() *Policy {
+	if !l.constructed() {
+		return nil
+	}
+	return l.policy.Load()
+}
 
 // SetPolicy replaces the policy for every later decision, without a
-// restart. Buckets are keyed by rule name and identity, so a rule that keeps
-// its name keeps its buckets.
+// restart; decisions under way finish with the policy they started with.
+// Buckets are keyed by rule name and identity, so a rule that keeps its name
+// keeps its buckets. It fails with an error wrapping ErrInvalidOption for a
+// nil p, and ErrNotConstructed for a Limiter not made by NewLimiter. It is
+// safe for concurrent use.
 func (l *Limiter) SetPolicy(p *Policy) error {
+	if !l.constructed() {
+		return errNotConstructed()
+	}
 	if p == nil {
-		return fmt.Errorf("%w: nil policy", ErrInvalidOption)
+		return fmt.Errorf("%w: SetPolicy: policy is nil", ErrInvalidOption)
 	}
 	l.policy.Store(p)
 	return nil
@@ -196,18 +286,24 @@ func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
 // The error is non-nil for input no configuration can make valid (a cost
 // outside [0, MaxCost], an identity that is too long or holds control
 // characters); wrapping ErrUnavailable (and ErrBreakerOpen if the breaker
-// was open) when the store fails and the limiter fails closed; and wrapping
+// was open) when the store fails and the limiter fails closed; wrapping
 // ctx's error when ctx is canceled or expires during the store call, which is
-// not a store failure. Under FailOpen and FailFallback a store failure is
-// reported in Decision.Err, not as an error.
+// not a store failure; and wrapping ErrNotConstructed for a Limiter not made
+// by NewLimiter. Under FailOpen and FailFallback a store failure is reported
+// in Decision.Err, not as an error. AllowN is safe for concurrent use, as
+// are Allow, AllowAt, Wait and WaitN.
 func (l *Limiter) AllowN(ctx context.Context, req Request, n int64) (Decision, error) {
 	return l.decide(ctx, time.Time{}, &req, n)
 }
 
 // AllowAt is AllowN at an explicit time instead of the store's clock. It
 // exists for tests and replays; a shared store then trusts the caller's
-// clock. now must lie between the Unix epoch and MaxTime.
+// clock. now must lie between the Unix epoch and MaxTime(); a zero now is an
+// error wrapping ErrInvalidTime.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, req Request, n int64) (Decision, error) {
+	if !l.constructed() {
+		return Decision{}, errNotConstructed()
+	}
 	if now.IsZero() {
 		return Decision{}, fmt.Errorf("%w: zero time", ErrInvalidTime)
 	}
@@ -223,7 +319,8 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 // tier's delay is waited out; a denial is retried after its RetryAfter. It
 // returns an error wrapping ErrLimited, without waiting, when the cost can
 // never pass or the wait would outlast ctx's deadline, and ctx's error if ctx
-// ends while waiting (tokens taken for a shaping delay stay taken).
+// ends while waiting (tokens taken for a shaping delay stay taken). It
+// returns AllowN's errors, without waiting, as AllowN does.
 func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, error) {
 	for {
 		d, err := l.decide(ctx, time.Time{}, &req, n)
@@ -256,11 +353,14 @@ func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, er
 }
 
 func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int64) (Decision, error) {
-	if err := CheckCost(n); err != nil {
+	if !l.constructed() {
+		return Decision{}, errNotConstructed()
+	}
+	if err := checkCost(n); err != nil {
 		return Decision{}, err
 	}
 	if !now.IsZero() {
-		if err := CheckTime(now); err != nil {
+		if err := checkTime(now); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -277,7 +377,7 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	buckets, states, rules := bucketArr[:0], stateArr[:0], ruleArr[:0]
 	for i := range p.rules {
 		r := &p.rules[i]
-		id, ok := r.Applies(req)
+		id, ok := r.applies(req)
 		if !ok {
 			continue
 		}
@@ -422,7 +522,8 @@ func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {
 	}
 }
 
-// TierState is one tier's answer to a request.
+// TierState is one tier's answer to a request. The zero value has a nil
+// Rule.
 type TierState struct {
 	Rule *Rule // the rule; read only
 	BucketState
@@ -435,9 +536,11 @@ const inlineTiers = 4
 // The summary fields come from the deciding tier: the denying one with the
 // longest RetryAfter (a cost that can never pass counts as longest), or, when
 // allowed, the one with the least Remaining. A request to which no rule
-// applies is allowed with Limit 0 and no tiers.
+// applies is allowed with Limit 0 and no tiers. The zero value is a denial
+// with no tiers and no reason. A Decision is a plain value: several
+// goroutines may read one, but none may write it meanwhile.
 type Decision struct {
-	Allowed    bool
+	Allowed    bool          // whether the request may proceed (after Delay)
 	Reason     Reason        // why denied; ReasonNone when allowed
 	Limit      int64         // the deciding tier's burst or window limit
 	Remaining  int64         // the deciding tier's whole tokens left, >= 0
@@ -458,24 +561,31 @@ type Decision struct {
 	// store was not called, an error wrapping ErrBreakerOpen and the last
 	// store error.
 	Degraded bool
-	Err      error
+	Err      error // see Degraded; nil when the store answered
 
 	n     int
 	tiers [inlineTiers]TierState
 	more  []TierState
 }
 
-// Tiers returns the state of every tier that applied, in policy order. The
-// slice aliases d: copy it to keep it past d.
+// Tiers returns the state of every tier that applied, in policy order, and
+// nil for a nil d. The slice aliases d: copy it to keep it past d.
 func (d *Decision) Tiers() []TierState {
+	if d == nil {
+		return nil
+	}
 	if d.more != nil {
 		return d.more
 	}
 	return d.tiers[:d.n]
 }
 
-// Tier returns the deciding tier's state, and false when no rule applied.
+// Tier returns the deciding tier's state, and false when no rule applied or
+// d is nil.
 func (d *Decision) Tier() (TierState, bool) {
+	if d == nil {
+		return TierState{}, false
+	}
 	for _, t := range d.Tiers() {
 		if t.Rule.Name == d.Rule {
 			return t, true

@@ -202,7 +202,7 @@ func TestBadInput(t *testing.T) {
 		{"control character", func() error { _, err := l.Allow(ctx, Request{User: "a\nb"}); return err }, ErrInvalidKey},
 		{"time before 1970", func() error { _, err := l.AllowAt(ctx, time.Unix(-1, 0), Request{User: "u"}, 1); return err }, ErrInvalidTime},
 		{"zero time", func() error { _, err := l.AllowAt(ctx, time.Time{}, Request{User: "u"}, 1); return err }, ErrInvalidTime},
-		{"time past MaxTime", func() error { _, err := l.AllowAt(ctx, MaxTime.Add(1), Request{User: "u"}, 1); return err }, ErrInvalidTime},
+		{"time past MaxTime", func() error { _, err := l.AllowAt(ctx, MaxTime().Add(1), Request{User: "u"}, 1); return err }, ErrInvalidTime},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,7 +4,7 @@ import "time"
 
 // The bucket math is pure: a limit, a state, the current time and a cost in; a
 // BucketState and the next state out. Times are int64 Unix nanoseconds in
-// [0, MaxTime], so no sum below overflows (see maxSpan).
+// [0, MaxTime()], so no sum below overflows (see maxSpan).
 
 // State is the stored state of one bucket, in the units of its algorithm. The
 // zero value is a new bucket, which is full. Stores other than the in-memory
@@ -14,18 +14,23 @@ import "time"
 //	fixed window:          A = window start, B = count in that window
 //	sliding window:        A = current window start, B = its count, C = previous window's count
 //	sliding log:           Log = admitted (time, cost) in time order, B = their sum
+//
+// A State is not safe for concurrent use: stores serialize access to each
+// bucket's.
 type State struct {
-	A, B, C int64
-	Log     []LogEntry
+	A, B, C int64      // per algorithm, as above; times in Unix ns
+	Log     []LogEntry // the sliding log's entries, oldest first; nil otherwise
 }
 
-// LogEntry is one admitted request of a sliding log.
+// LogEntry is one admitted request of a sliding log. The zero value is a
+// cost of 0 at the Unix epoch.
 type LogEntry struct {
 	At   int64 // Unix ns
-	Cost int64
+	Cost int64 // tokens admitted at At
 }
 
-// Reason says why a bucket or a decision denied, or that it did not.
+// Reason says why a bucket or a decision denied, or that it did not. The
+// zero value is ReasonNone.
 type Reason uint8
 
 const (
@@ -55,7 +60,8 @@ func (r Reason) String() string {
 	return "unknown"
 }
 
-// BucketState is what one bucket says about one request.
+// BucketState is what one bucket says about one request. The zero value is
+// a denial with no reason, which no store reports.
 type BucketState struct {
 	// Allowed reports whether this bucket alone would admit the request.
 	Allowed bool
@@ -80,9 +86,19 @@ type BucketState struct {
 // without changing s, and returns the bucket's answer and the state to store
 // if the request as a whole is admitted. For a sliding log, next shares s.Log's
 // backing array; call Commit to store it. Decide is the reference
-// implementation that every store must match.
+// implementation that every store must match. now is Unix nanoseconds, cost
+// a count of tokens; both are taken as valid (see CheckTake).
+//
+// A limit that cannot decide (the zero Limit, a token bucket or shaping
+// limit that NewPolicy did not validate, a window limit whose window is not
+// positive) gets ReasonCostExceedsLimit, a denial that no wait cures, and
+// next equal to *s. Decide does not change l and is safe for concurrent use
+// on distinct states.
 func (l *Limit) Decide(s *State, now, cost int64) (st BucketState, next State) {
 	next = *s
+	if !l.decidable() {
+		return BucketState{Reason: ReasonCostExceedsLimit}, next
+	}
 	switch l.alg {
 	case AlgTokenBucket, AlgShaping:
 		return l.decideBucket(s, now, cost)
@@ -98,7 +114,7 @@ func (l *Limit) Decide(s *State, now, cost int64) (st BucketState, next State) {
 
 // Commit stores next, as returned by Decide for the same cost, into s. For a
 // sliding log it drops the entries that left the window and appends the
-// admitted cost, reusing s.Log's array.
+// admitted cost, reusing s.Log's array. The caller serializes access to s.
 func (l *Limit) Commit(s *State, next State, cost int64) {
 	if l.alg != AlgSlidingLog {
 		s.A, s.B, s.C = next.A, next.B, next.C
@@ -118,7 +134,8 @@ func (l *Limit) Commit(s *State, next State, cost int64) {
 }
 
 // ExpiresAt returns the Unix ns instant from which the state is equivalent to
-// a new bucket and can be dropped: for a token bucket, when it is full again.
+// a new bucket and can be dropped: for a token bucket, when it is full again;
+// 0 for a window or log that holds nothing.
 func (l *Limit) ExpiresAt(s *State) int64 {
 	switch l.alg {
 	case AlgTokenBucket, AlgShaping:
@@ -143,6 +160,19 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 		return s.Log[len(s.Log)-1].At + int64(l.window)
 	}
 	return 0
+}
+
+// decidable reports whether the math below can run on l without dividing
+// by zero: a token bucket needs the interval NewPolicy derives, a window a
+// positive length.
+func (l *Limit) decidable() bool {
+	switch l.alg {
+	case AlgTokenBucket, AlgShaping:
+		return l.interval > 0
+	case AlgFixedWindow, AlgSlidingWindow, AlgSlidingLog:
+		return l.window > 0
+	}
+	return false
 }
 
 // decideBucket is GCRA in integer nanoseconds. With T the interval between

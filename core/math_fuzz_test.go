@@ -23,7 +23,7 @@ import (
 //	go test -run '^$' -fuzz '^FuzzTokenBucket$' -fuzztime 20s ./core
 
 // mfMaxTime is MaxTime in Unix ns.
-var mfMaxTime = MaxTime.UnixNano()
+var mfMaxTime = MaxTime().UnixNano()
 
 // mfConfigErrors are the configuration errors NewPolicy may wrap.
 var mfConfigErrors = []error{ErrInvalidRule, ErrInvalidRate, ErrInvalidBurst, ErrInvalidWindow, ErrUnknownScope, ErrDuplicateRule}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
@@ -12,7 +13,12 @@ import (
 )
 
 // MemoryStore keeps buckets in process memory. It is the embedded default
-// store and is safe for concurrent use.
+// store. Make one with NewMemoryStore; it is safe for concurrent use and must
+// not be copied.
+//
+// The zero value, like a nil *MemoryStore, holds nothing and is not usable:
+// Take returns an error wrapping ErrNotConstructed, Reclaim does nothing,
+// Stats returns zero counts, and WithStore refuses it. None of them panics.
 //
 // Buckets are spread over shards, each an open-addressing hash table that
 // is read without locking; every bucket has its own lock. A decision on one
@@ -91,7 +97,9 @@ type shard struct {
 	_      [64]byte
 }
 
-// MemoryOption configures a MemoryStore.
+// MemoryOption configures a MemoryStore; pass options to NewMemoryStore.
+// Options are applied in order, so a later one replaces an earlier one of the
+// same kind. A nil MemoryOption is an error.
 type MemoryOption interface{ applyMemory(*memoryConfig) }
 
 type memoryConfig struct {
@@ -99,6 +107,13 @@ type memoryConfig struct {
 	clock   Clock
 	maxKeys int
 	shards  int
+	errs    []error // what the options got wrong, in order
+}
+
+// fail records an error wrapping ErrInvalidOption; NewMemoryStore returns
+// them.
+func (c *memoryConfig) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }
 
 type memoryOptionFunc func(*memoryConfig)
@@ -106,13 +121,22 @@ type memoryOptionFunc func(*memoryConfig)
 func (f memoryOptionFunc) applyMemory(c *memoryConfig) { f(c) }
 
 // WithClock makes the store read time from c instead of the system's
-// monotonic clock. Tests use a ManualClock.
+// monotonic clock; c must be safe for concurrent use. Tests use a
+// ManualClock. A nil c (or an interface holding a nil pointer) makes
+// NewMemoryStore fail with ErrInvalidOption.
 func WithClock(c Clock) MemoryOption {
-	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.clock = c })
+	return memoryOptionFunc(func(cfg *memoryConfig) {
+		if isNil(c) {
+			cfg.fail("WithClock: clock is nil")
+			return
+		}
+		cfg.clock = c
+	})
 }
 
-// WithMaxKeys bounds the number of buckets the store holds. The default is
-// 1,000,000, which held 160 MB of heap with IPv4 addresses as keys.
+// WithMaxKeys bounds the number of buckets the store holds; n must be at
+// least 1. The default is 1,000,000, which held 160 MB of heap with IPv4
+// addresses as keys.
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.maxKeys = n })
 }
@@ -124,31 +148,44 @@ func WithMaxKeys(n int) MemoryOption {
 // back (replays, tests): a bucket reclaimed at a later time would otherwise
 // be found new at an earlier one, and time moving backwards must never
 // create tokens. A kept bucket never changes a decision; it only holds
-// memory, and the bound (WithMaxKeys) still evicts it first.
+// memory, and the bound (WithMaxKeys) still evicts it first. d must be
+// between 0 and MaxSpan.
 func WithReclaimDelay(d time.Duration) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.delay = d })
 }
 
-// WithShards sets the number of shards, rounded up to a power of two. The
-// default is 16 per CPU, at least 64.
+// WithShards sets the number of shards, between 1 and 65536, rounded up to a
+// power of two. The default is 16 per CPU (GOMAXPROCS), at least 64.
 func WithShards(n int) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.shards = n })
 }
 
-// NewMemoryStore returns an empty in-memory store.
+// NewMemoryStore returns an empty in-memory store with opts applied in order
+// over the defaults (the monotonic clock, 1,000,000 keys, 16 shards per CPU,
+// no reclaim delay). It fails with an error wrapping ErrInvalidOption, naming
+// the option at fault, for a nil option (named by its position in opts,
+// counted from 0), a nil clock, or a number out of range; every mistake found
+// is reported, joined with errors.Join.
 func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
 	cfg := memoryConfig{maxKeys: 1_000_000, shards: max(64, 16*runtime.GOMAXPROCS(0))}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			cfg.fail("NewMemoryStore: option %d is nil", i)
+			continue
+		}
 		o.applyMemory(&cfg)
 	}
 	if cfg.maxKeys < 1 {
-		return nil, fmt.Errorf("%w: max keys must be >= 1, got %d", ErrInvalidOption, cfg.maxKeys)
+		cfg.fail("WithMaxKeys: max keys must be >= 1, got %d", cfg.maxKeys)
 	}
 	if cfg.shards < 1 || cfg.shards > 1<<16 {
-		return nil, fmt.Errorf("%w: shards must be between 1 and 65536, got %d", ErrInvalidOption, cfg.shards)
+		cfg.fail("WithShards: shards must be between 1 and 65536, got %d", cfg.shards)
 	}
 	if cfg.delay < 0 || cfg.delay > MaxSpan {
-		return nil, fmt.Errorf("%w: reclaim delay must be between 0 and %v, got %v", ErrInvalidOption, MaxSpan, cfg.delay)
+		cfg.fail("WithReclaimDelay: reclaim delay must be between 0 and %v, got %v", MaxSpan, cfg.delay)
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
 	n := 1 << bits.Len(uint(cfg.shards-1))
 	n = min(n, 1<<bits.Len(uint(cfg.maxKeys-1))) // no shard without room
@@ -183,8 +220,18 @@ func appendKey(dst []byte, b *Bucket) []byte {
 	return append(append(append(dst, b.Rule...), 0), b.Key...)
 }
 
-// Take implements Store.
+// constructed reports whether s was made by NewMemoryStore, which always
+// makes shards.
+func (s *MemoryStore) constructed() bool { return s != nil && s.shards != nil }
+
+// Take implements Store: it validates t with CheckTake and decides it
+// without waiting, so ctx is not read. It is safe for concurrent use. It
+// fails with an error wrapping ErrNotConstructed for a store not made by
+// NewMemoryStore.
 func (s *MemoryStore) Take(ctx context.Context, t *Take) error {
+	if !s.constructed() {
+		return fmt.Errorf("%w: MemoryStore is a zero value or nil; make one with NewMemoryStore", ErrNotConstructed)
+	}
 	if err := CheckTake(t); err != nil {
 		return err
 	}
@@ -561,8 +608,12 @@ func (sh *shard) drop(tab *table, i int, e *entry) {
 
 // Reclaim drops every expired bucket now. It locks one shard at a time, so
 // concurrent decisions wait at most for one shard's sweep, and it shrinks
-// tables that have become mostly empty.
+// tables that have become mostly empty. It is safe for concurrent use, and
+// does nothing on a store not made by NewMemoryStore.
 func (s *MemoryStore) Reclaim() {
+	if !s.constructed() {
+		return
+	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -574,15 +625,21 @@ func (s *MemoryStore) Reclaim() {
 	}
 }
 
-// MemoryStats counts what a MemoryStore holds and has dropped.
+// MemoryStats counts what a MemoryStore holds and has dropped. The zero
+// value is an empty store that never dropped anything.
 type MemoryStats struct {
 	Keys      int   // buckets held now, expired or not
 	Reclaimed int64 // expired buckets dropped since creation
 	Evictions int64 // unexpired buckets dropped at the bound since creation
 }
 
-// Stats returns the store's counters. It locks one shard at a time.
+// Stats returns the store's counters. It locks one shard at a time, so the
+// counts are not one snapshot while decisions run. It is safe for concurrent
+// use, and returns zero counts for a store not made by NewMemoryStore.
 func (s *MemoryStore) Stats() MemoryStats {
+	if !s.constructed() {
+		return MemoryStats{}
+	}
 	st := MemoryStats{Reclaimed: s.reclaimed.Load(), Evictions: s.evictions.Load()}
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -5,15 +5,22 @@ import (
 	"strings"
 )
 
-// Scope says which identity of a request a rule counts against.
+// Scope says which identity of a request a rule counts against. The zero
+// value, "", is not a valid scope and NewPolicy rejects it.
 type Scope string
 
 // The built-in scopes. Custom dimensions are made with Dimension.
 const (
-	ScopeUser     Scope = "user"     // Request.User: the authenticated user or tenant
-	ScopeIP       Scope = "ip"       // Request.IP: the client address
-	ScopeEndpoint Scope = "endpoint" // Request.Endpoint: the route template or gRPC method
-	ScopeGlobal   Scope = "global"   // one bucket shared by every request
+	// ScopeUser counts against Request.User: the authenticated user or
+	// tenant.
+	ScopeUser Scope = "user"
+	// ScopeIP counts against Request.IP: the client address.
+	ScopeIP Scope = "ip"
+	// ScopeEndpoint counts against Request.Endpoint: the route template or
+	// gRPC method.
+	ScopeEndpoint Scope = "endpoint"
+	// ScopeGlobal counts against one bucket shared by every request.
+	ScopeGlobal Scope = "global"
 )
 
 const dimPrefix = "dim:"
@@ -45,7 +52,8 @@ func (s Scope) valid() bool {
 }
 
 // Rule is one tier of a policy: a named limit on one scope, optionally for
-// one plan only.
+// one plan only. The zero value has no name, scope or limit, and NewPolicy
+// rejects it. A Policy keeps its own copies of its rules.
 type Rule struct {
 	// Name identifies the rule in bucket keys, headers and decisions: 1 to 64
 	// characters of [A-Za-z0-9_.-].
@@ -63,14 +71,19 @@ type Rule struct {
 }
 
 // RuleError reports what is wrong with one rule. It wraps one of the
-// configuration errors (ErrInvalidRate, ErrInvalidBurst, ...).
+// configuration errors (ErrInvalidRate, ErrInvalidBurst, ...). The zero value
+// names no rule and wraps nothing.
 type RuleError struct {
-	Rule string // the rule's name, or its position when it has none
-	Err  error
+	Rule string // the rule's name, or "#i" (its position, from 0) when it has none
+	Err  error  // the configuration error, wrapping a sentinel such as ErrInvalidRate
 }
 
-// Error formats the error as "ratelimit: rule "name": field: reason".
+// Error formats the error as "ratelimit: rule "name": field: reason", or
+// "ratelimit: rule "name": invalid rule" when Err is nil.
 func (e *RuleError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("ratelimit: rule %q: invalid rule", e.Rule)
+	}
 	return fmt.Sprintf("ratelimit: rule %q: %s", e.Rule, strings.TrimPrefix(e.Err.Error(), "ratelimit: "))
 }
 
@@ -90,8 +103,9 @@ func validName(s string) bool {
 	return true
 }
 
-// Policy is a validated, immutable set of rules. It is safe for concurrent
-// use.
+// Policy is a validated, immutable set of rules. Make one with NewPolicy. It
+// is safe for concurrent use. The zero value has no rules, like NewPolicy()
+// with no arguments, and allows every request.
 type Policy struct {
 	rules []Rule // validated copies, derived limit fields filled in
 }
@@ -133,24 +147,32 @@ func NewPolicy(rules ...Rule) (*Policy, error) {
 	return p, nil
 }
 
-// Rules returns a copy of the policy's rules.
-func (p *Policy) Rules() []Rule { return append([]Rule(nil), p.rules...) }
+// Rules returns a copy of the policy's rules, in order; nil for a nil or
+// zero Policy. It is safe for concurrent use.
+func (p *Policy) Rules() []Rule {
+	if p == nil {
+		return nil
+	}
+	return append([]Rule(nil), p.rules...)
+}
 
-// Dim is the value of a custom dimension on a request.
+// Dim is the value of a custom dimension on a request. The zero value names
+// no dimension and matches no rule.
 type Dim struct {
 	Name  string // as passed to Dimension
-	Value string
+	Value string // the identity; empty: absent, as if the Dim were not there
 }
 
 // Request carries the identities of one request. An empty identity is
 // absent, and rules on that scope do not apply: an anonymous request skips
-// the per-user rules. Global rules always apply.
+// the per-user rules. Global rules always apply. The zero value is an
+// anonymous request of no plan: only global rules for every plan apply to it.
 type Request struct {
 	Plan     string // the caller's plan; rules with another plan do not apply
-	User     string
-	IP       string
-	Endpoint string
-	Dims     []Dim
+	User     string // identity for ScopeUser rules
+	IP       string // identity for ScopeIP rules
+	Endpoint string // identity for ScopeEndpoint rules
+	Dims     []Dim  // identities for Dimension rules; the first of a name counts
 }
 
 // identity returns the request's identity for scope, or "" when absent.
@@ -177,9 +199,9 @@ func (r *Request) identity(s Scope) string {
 // globalKey is the identity of a global rule's one bucket.
 const globalKey = "*"
 
-// Applies reports whether rule r applies to req, and the identity its bucket
+// applies reports whether rule r applies to req, and the identity its bucket
 // is keyed by.
-func (r *Rule) Applies(req *Request) (identity string, ok bool) {
+func (r *Rule) applies(req *Request) (identity string, ok bool) {
 	if r.Disabled || (r.Plan != "" && r.Plan != req.Plan) {
 		return "", false
 	}

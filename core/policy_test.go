@@ -131,9 +131,9 @@ func TestApplies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.rule.Name, tc.rule.Limit = "r", lim
-			id, ok := tc.rule.Applies(&tc.req)
+			id, ok := tc.rule.applies(&tc.req)
 			if id != tc.id || ok != tc.ok {
-				t.Fatalf("Applies = %q, %v; want %q, %v", id, ok, tc.id, tc.ok)
+				t.Fatalf("applies = %q, %v; want %q, %v", id, ok, tc.id, tc.ok)
 			}
 		})
 	}

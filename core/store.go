@@ -18,14 +18,15 @@ type Store interface {
 	// undefined and the limiter's failure policy decides.
 	//
 	// t.Now, when not zero, is the time of the decision; otherwise the store
-	// uses its own clock (the Redis stores: the server's). Stores validate
-	// keys and cost with CheckKey and CheckCost.
+	// uses its own clock (the Redis stores: the server's). Stores validate t
+	// with CheckTake before deciding.
 	Take(ctx context.Context, t *Take) error
 }
 
 // Take is one request against a set of buckets. The Limiter reuses Takes: a
 // store must not keep a reference to one, or to its slices, after Take
-// returns.
+// returns. A Take is not safe for concurrent use. The zero value has no
+// buckets, no cost and no explicit time.
 type Take struct {
 	Now     time.Time     // zero: the store's clock
 	Cost    int64         // tokens to take from each bucket; 0 only reads
@@ -35,7 +36,8 @@ type Take struct {
 }
 
 // Bucket names one bucket and its limit. Two buckets are the same bucket when
-// Rule and Key are equal.
+// Rule and Key are equal. The zero value has no limit, and CheckTake rejects
+// it.
 type Bucket struct {
 	Rule  string // the rule's name
 	Key   string // the identity, unique within the rule
@@ -46,7 +48,10 @@ type Bucket struct {
 const MaxKeyLen = 512
 
 // CheckKey returns an error wrapping ErrInvalidKey if key is empty, longer
-// than MaxKeyLen bytes, or holds an ASCII control character.
+// than MaxKeyLen bytes, or holds an ASCII control character. It is for Store
+// implementations, which may build keys of their own (a prefix, say) that
+// must obey the same rules; CheckTake already checks every Bucket.Key. It
+// is safe for concurrent use.
 func CheckKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
@@ -62,32 +67,40 @@ func CheckKey(key string) error {
 	return nil
 }
 
-// CheckCost returns an error wrapping ErrInvalidCost if cost is negative or
+// checkCost returns an error wrapping ErrInvalidCost if cost is negative or
 // above MaxCost.
-func CheckCost(cost int64) error {
+func checkCost(cost int64) error {
 	if cost < 0 || cost > MaxCost {
 		return fmt.Errorf("%w: must be between 0 and 2^50, got %d", ErrInvalidCost, cost)
 	}
 	return nil
 }
 
-// CheckTime returns an error wrapping ErrInvalidTime if t is before the Unix
-// epoch or after MaxTime.
-func CheckTime(t time.Time) error {
-	if t.Before(time.Unix(0, 0)) || t.After(MaxTime) {
-		return fmt.Errorf("%w: %v is outside 1970 to %v", ErrInvalidTime, t, MaxTime)
+// checkTime returns an error wrapping ErrInvalidTime if t is before the Unix
+// epoch or after maxTime.
+func checkTime(t time.Time) error {
+	if t.Before(time.Unix(0, 0)) || t.After(maxTime) {
+		return fmt.Errorf("%w: %v is outside 1970 to %v", ErrInvalidTime, t, maxTime)
 	}
 	return nil
 }
 
-// CheckTake validates a Take as every store must before deciding: the cost,
-// the explicit time if any, each key, and a limit on every bucket.
+// CheckTake validates a Take as every Store implementation must before
+// deciding, and returns the first problem: a cost outside [0, MaxCost]
+// (ErrInvalidCost), an explicit time before the Unix epoch or after
+// MaxTime() (ErrInvalidTime), States not as long as Buckets or a nil t
+// (ErrInvalidOption), a bucket without a limit validated by NewPolicy
+// (ErrInvalidRule), an invalid rule name or key, or one bucket twice
+// (ErrInvalidKey). It is safe for concurrent use on distinct Takes.
 func CheckTake(t *Take) error {
-	if err := CheckCost(t.Cost); err != nil {
+	if t == nil {
+		return fmt.Errorf("%w: Take is nil", ErrInvalidOption)
+	}
+	if err := checkCost(t.Cost); err != nil {
 		return err
 	}
 	if !t.Now.IsZero() {
-		if err := CheckTime(t.Now); err != nil {
+		if err := checkTime(t.Now); err != nil {
 			return err
 		}
 	}
@@ -115,12 +128,16 @@ func CheckTake(t *Take) error {
 }
 
 // Clock tells the time. Inject one into a store to control time in tests.
+// Implementations must be safe for concurrent use.
 type Clock interface {
+	// Now returns the current time.
 	Now() time.Time
 }
 
-// ManualClock is a Clock that moves only when told to. The zero value reads
-// as the Unix epoch; it is safe for concurrent use.
+// ManualClock is a Clock that moves only when told to, with nanosecond
+// resolution. The zero value reads as the Unix epoch; it is safe for
+// concurrent use. Its methods must not be called on a nil *ManualClock, which
+// WithClock refuses.
 type ManualClock struct {
 	ns atomic.Int64
 }
@@ -132,7 +149,7 @@ func NewManualClock(t time.Time) *ManualClock {
 	return c
 }
 
-// Now returns the clock's time.
+// Now returns the clock's time, in the local time zone.
 func (c *ManualClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 
 // Set moves the clock to t, forwards or backwards.
