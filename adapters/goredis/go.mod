@@ -5,15 +5,11 @@ go 1.26.0
 require (
 	github.com/bucketry/ratelimit/core v0.0.0
 	github.com/bucketry/ratelimit/internal/redisscript v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
-require go.uber.org/goleak v1.3.0
-
 require (
-	github.com/bucketry/ratelimit/conformance v0.0.0
-	github.com/bucketry/ratelimit/internal/redistest v0.0.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
@@ -22,7 +18,3 @@ replace (
 	github.com/bucketry/ratelimit/core => ../../core
 	github.com/bucketry/ratelimit/internal/redisscript => ../../internal/redisscript
 )
-
-replace github.com/bucketry/ratelimit/internal/redistest => ../../internal/redistest
-
-replace github.com/bucketry/ratelimit/conformance => ../../conformance

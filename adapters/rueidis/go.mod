@@ -3,18 +3,14 @@ module github.com/bucketry/ratelimit/adapters/rueidis
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/conformance v0.0.0
 	github.com/bucketry/ratelimit/core v0.0.0
 	github.com/bucketry/ratelimit/internal/redisscript v0.0.0
-	github.com/bucketry/ratelimit/internal/redistest v0.0.0
 	github.com/redis/rueidis v1.0.79
 )
 
 require golang.org/x/sys v0.47.0 // indirect
 
 replace (
-	github.com/bucketry/ratelimit/conformance => ../../conformance
 	github.com/bucketry/ratelimit/core => ../../core
 	github.com/bucketry/ratelimit/internal/redisscript => ../../internal/redisscript
-	github.com/bucketry/ratelimit/internal/redistest => ../../internal/redistest
 )

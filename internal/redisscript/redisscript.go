@@ -1,8 +1,10 @@
-// Package redisscript is what the Redis stores share: the script that
-// decides a request against several buckets in one call, how bucket keys are
-// named, how arguments are encoded and replies decoded, and how buckets are
-// grouped by Redis Cluster hash slot. It imports no Redis client, so each
-// store brings only its own.
+// Package redisscript is the script of the Redis stores: the Lua script
+// that decides a request against several buckets in one call, how bucket
+// keys are named, how arguments are encoded and replies decoded, how
+// buckets are grouped by Redis Cluster hash slot, and the batching of
+// requests into script calls. The store built on it, which the go-redis
+// and rueidis stores share, is package redisstore. It imports no Redis
+// client, so each store brings only its own.
 package redisscript
 
 import (

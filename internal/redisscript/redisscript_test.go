@@ -362,25 +362,3 @@ func TestBatcherErrorsReachEveryone(t *testing.T) {
 		t.Fatalf("Do error = %v, want ErrReply", err)
 	}
 }
-
-func TestSettingsCheck(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		edit func(*Settings)
-		ok   bool
-	}{
-		{"defaults", func(*Settings) {}, true},
-		{"negative timeout", func(s *Settings) { s.Timeout = -1 }, false},
-		{"negative min TTL", func(s *Settings) { s.MinTTL = -1 }, false},
-		{"min TTL past MaxSpan", func(s *Settings) { s.MinTTL = core.MaxSpan + 1 }, false},
-		{"empty prefix", func(s *Settings) { s.Prefix = "" }, false},
-		{"hashing without a secret", func(s *Settings) { s.HashAll = true }, false},
-	} {
-		s := DefaultSettings()
-		tc.edit(&s)
-		keys, err := s.Check()
-		if tc.ok != (err == nil) || tc.ok != (keys != nil) || (err != nil && !errors.Is(err, core.ErrInvalidOption)) {
-			t.Errorf("%s: Check() = %v, %v", tc.name, keys, err)
-		}
-	}
-}

@@ -1,16 +1,13 @@
 package goredis_test
 
 // Fault injection: real redis-server processes killed, restarted, flushed
-// and resharded under load, and a fake RESP server for what a real server
-// never does (garbage replies, no reply at all).
+// and resharded under load, and a fake RESP server (redistests.FakeServer)
+// for what a real server never does (garbage replies, no reply at all).
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -24,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bucketry/ratelimit/adapters/goredis"
+	"github.com/bucketry/ratelimit/adapters/redistests"
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redisscript"
 	"github.com/bucketry/ratelimit/internal/redistest"
@@ -31,7 +29,7 @@ import (
 
 // frozenAt is the instant of every frozen client clock: with no time
 // passing, no token is ever refilled, so admissions can be counted exactly.
-var frozenAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+var frozenAt = redistests.T0
 
 // faultLeakOptions are the goleak options of these tests: redistest forks
 // every redis-server from one goroutine locked to its thread for the life of
@@ -50,33 +48,6 @@ func checkFaultLeaks(t *testing.T) {
 	t.Helper()
 	opts := faultLeakOptions(goleak.IgnoreCurrent())
 	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
-}
-
-func faultPolicy(t testing.TB, rules ...core.Rule) *core.Policy {
-	t.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		t.Fatalf("NewPolicy: %v", err)
-	}
-	return p
-}
-
-func faultLimiter(t testing.TB, p *core.Policy, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	l, err := core.NewLimiter(p, opts...)
-	if err != nil {
-		t.Fatalf("NewLimiter: %v", err)
-	}
-	return l
-}
-
-func faultStore(t testing.TB, c redis.UniversalClient, opts ...goredis.Option) *goredis.Store {
-	t.Helper()
-	s, err := goredis.New(c, append([]goredis.Option{goredis.WithPrefix(newPrefix())}, opts...)...)
-	if err != nil {
-		t.Fatalf("goredis.New: %v", err)
-	}
-	return s
 }
 
 func faultClient(t testing.TB, o *redis.Options) *redis.Client {
@@ -275,16 +246,16 @@ func TestFaultKillMidLoad(t *testing.T) {
 func testKillMidLoad(t *testing.T, mode core.FailureMode, withBreaker bool) {
 	checkFaultLeaks(t)
 	srv := redistest.Standalone(t)
-	store := faultStore(t, faultClient(t, faultOptions(srv.Addr)))
+	store := mustStore(t, faultClient(t, faultOptions(srv.Addr)))
 	// One token an hour: nothing refills during the test, so the fallback's
 	// admissions can be counted against the burst.
 	const burst, users, workers = 20, 4, 16
-	policy := faultPolicy(t, core.Rule{Name: "kill", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)})
+	policy := redistests.Policy(t, core.Rule{Name: "kill", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)})
 	opts := []core.Option{core.WithStore(store), core.WithFailureMode(mode)}
 	if withBreaker {
 		opts = append(opts, core.WithBreaker(3, 50*time.Millisecond))
 	}
-	lim := faultLimiter(t, policy, opts...)
+	lim := redistests.Limiter(t, policy, opts...)
 	reqs := make([]core.Request, users)
 	for i := range reqs {
 		reqs[i] = core.Request{User: "user" + strconv.Itoa(i)}
@@ -453,8 +424,8 @@ func TestFaultScriptFlush(t *testing.T) {
 // scripts after a few decisions.
 func testFlushSequential(t *testing.T, client redis.UniversalClient, servers []*redistest.Server) {
 	const burst = 10
-	store := faultStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
-	lim := faultLimiter(t, faultPolicy(t, core.Rule{Name: "flush", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)}),
+	store := mustStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
+	lim := redistests.Limiter(t, redistests.Policy(t, core.Rule{Name: "flush", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)}),
 		core.WithStore(store), core.WithFailureMode(core.FailClosed))
 	req := core.Request{User: "alice"}
 	ctx := context.Background()
@@ -493,8 +464,8 @@ func testFlushSequential(t *testing.T, client redis.UniversalClient, servers []*
 // the scripts while they run.
 func testFlushConcurrent(t *testing.T, client redis.UniversalClient, servers []*redistest.Server) {
 	const burst, workers = 300, 16
-	store := faultStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
-	lim := faultLimiter(t, faultPolicy(t, core.Rule{Name: "flush", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)}),
+	store := mustStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
+	lim := redistests.Limiter(t, redistests.Policy(t, core.Rule{Name: "flush", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)}),
 		core.WithStore(store), core.WithFailureMode(core.FailClosed))
 	ctx := context.Background()
 	req := core.Request{User: "bob"}
@@ -566,7 +537,7 @@ func rulesInDistinctMasters(t *testing.T, store *goredis.Store, cl *redistest.Cl
 // few decisions. Every slot group reloads the script, the denials refund the
 // other groups, and the counts stay exact.
 func testFlushMultiSlot(t *testing.T, client redis.UniversalClient, cl *redistest.ClusterServer) {
-	store := faultStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
+	store := mustStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
 	const id = "carol"
 	names := rulesInDistinctMasters(t, store, cl, id, 3)
 	bursts := []int64{5, 8, 12}
@@ -574,7 +545,7 @@ func testFlushMultiSlot(t *testing.T, client redis.UniversalClient, cl *redistes
 	for i, name := range names {
 		rules = append(rules, core.Rule{Name: name, Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), bursts[i])})
 	}
-	lim := faultLimiter(t, faultPolicy(t, rules...), core.WithStore(store), core.WithFailureMode(core.FailClosed))
+	lim := redistests.Limiter(t, redistests.Policy(t, rules...), core.WithStore(store), core.WithFailureMode(core.FailClosed))
 	req := core.Request{User: id}
 	ctx := context.Background()
 	admitted, denied := 0, 0
@@ -632,11 +603,11 @@ func TestFaultClusterSlotMigration(t *testing.T) {
 	checkFaultLeaks(t)
 	cl := redistest.Cluster(t)
 	client := faultClusterClient(t, &redis.ClusterOptions{Addrs: cl.Addrs(), MaxRedirects: 8})
-	store := faultStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
+	store := mustStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
 	// One token an hour and a frozen clock: nothing refills, and the key's
 	// TTL (the time to refill) is hours.
 	const burst, workers = 2000, 16
-	lim := faultLimiter(t, faultPolicy(t, core.Rule{Name: "hot", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerHour(1), burst)}),
+	lim := redistests.Limiter(t, redistests.Policy(t, core.Rule{Name: "hot", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerHour(1), burst)}),
 		core.WithStore(store), core.WithFailureMode(core.FailClosed))
 	key := store.Key("hot", "*")
 	slot := redistest.KeySlot(key)
@@ -763,120 +734,6 @@ func TestFaultClusterSlotMigration(t *testing.T) {
 		slot, source.Addr, target.Addr, byPhase, admitted, total, burst, failed)
 }
 
-// fakeRedis is a RESP2 server on 127.0.0.1 that answers each command with
-// what reply returns, as raw RESP, or never when it returns "". It exists for
-// the faults a real server never produces.
-type fakeRedis struct {
-	addr    string
-	ln      net.Listener
-	reply   func(cmd []string) string
-	scripts atomic.Int64 // EVALSHA and EVAL commands received
-
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	done  bool
-}
-
-func startFakeRedis(t *testing.T, reply func(cmd []string) string) *fakeRedis {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	f := &fakeRedis{addr: ln.Addr().String(), ln: ln, reply: reply, conns: map[net.Conn]struct{}{}}
-	f.wg.Go(f.accept)
-	t.Cleanup(f.close)
-	return f
-}
-
-func (f *fakeRedis) accept() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		if f.done {
-			f.mu.Unlock()
-			c.Close()
-			return
-		}
-		f.conns[c] = struct{}{}
-		f.wg.Go(func() { f.serve(c) })
-		f.mu.Unlock()
-	}
-}
-
-func (f *fakeRedis) serve(c net.Conn) {
-	defer func() {
-		c.Close()
-		f.mu.Lock()
-		delete(f.conns, c)
-		f.mu.Unlock()
-	}()
-	r := bufio.NewReader(c)
-	for {
-		cmd, err := readRESPCommand(r)
-		if err != nil {
-			return
-		}
-		switch strings.ToUpper(cmd[0]) {
-		case "EVALSHA", "EVAL":
-			f.scripts.Add(1)
-		}
-		if out := f.reply(cmd); out != "" {
-			if _, err := io.WriteString(c, out); err != nil {
-				return
-			}
-		}
-	}
-}
-
-// close stops the server, closes every connection and waits for its
-// goroutines.
-func (f *fakeRedis) close() {
-	f.mu.Lock()
-	f.done = true
-	f.ln.Close()
-	for c := range f.conns {
-		c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
-}
-
-// readRESPCommand reads one command: an array of bulk strings, as clients send.
-func readRESPCommand(r *bufio.Reader) ([]string, error) {
-	header := func(kind byte) (int, error) {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return 0, err
-		}
-		if len(line) < 4 || line[0] != kind || !strings.HasSuffix(line, "\r\n") {
-			return 0, fmt.Errorf("fake redis: want %c, got %q", kind, line)
-		}
-		return strconv.Atoi(line[1 : len(line)-2])
-	}
-	n, err := header('*')
-	if err != nil || n < 1 {
-		return nil, fmt.Errorf("fake redis: bad command: %d, %v", n, err)
-	}
-	cmd := make([]string, n)
-	for i := range cmd {
-		size, err := header('$')
-		if err != nil {
-			return nil, err
-		}
-		buf := make([]byte, size+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		cmd[i] = string(buf[:size])
-	}
-	return cmd, nil
-}
-
 // fakeScriptServer answers the connection setup as an old server would (no
 // HELLO, so RESP2) and every script call with script(cmd).
 func fakeScriptServer(script func(cmd []string) string) func(cmd []string) string {
@@ -891,16 +748,6 @@ func fakeScriptServer(script func(cmd []string) string) func(cmd []string) strin
 		}
 		return "+OK\r\n"
 	}
-}
-
-// respInts is an array of integers in RESP.
-func respInts(vals ...int64) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(vals))
-	for _, v := range vals {
-		fmt.Fprintf(&b, ":%d\r\n", v)
-	}
-	return b.String()
 }
 
 // fakeSec is the time the fake's valid replies carry, in Unix seconds.
@@ -965,19 +812,16 @@ func fakeReply(c fakeScriptCall, allowed bool, before, written string) string {
 	}
 	vals = append(vals, fakeSec, 0)
 	if c.mode != redisscript.ModeTakeUndo {
-		return respInts(vals...)
+		return redistests.RespInts(vals...)
 	}
-	out := respInts(vals...)
+	out := redistests.RespInts(vals...)
 	out = "*" + strconv.Itoa(len(vals)+1) + out[strings.Index(out, "\r\n"):]
 	out += "*" + strconv.Itoa(2*c.buckets) + "\r\n"
 	for range c.buckets {
-		out += respBulk(before) + respBulk(written)
+		out += redistests.RespBulk(before) + redistests.RespBulk(written)
 	}
 	return out
 }
-
-// respBulk is a bulk string in RESP.
-func respBulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
 
 // garbageReplies is every reply the store must refuse for a one-bucket call.
 var garbageReplies = []struct {
@@ -989,21 +833,21 @@ var garbageReplies = []struct {
 	{"simple string", "+OK\r\n", redisscript.ErrReply},
 	{"integer", ":1\r\n", redisscript.ErrReply},
 	{"empty array", "*0\r\n", redisscript.ErrReply},
-	{"short array", respInts(1, 0, 5, 0, 0), redisscript.ErrReply},
-	{"long array", respInts(1, 0, 5, 0, 0, 0, fakeSec, 0, 7), redisscript.ErrReply},
+	{"short array", redistests.RespInts(1, 0, 5, 0, 0), redisscript.ErrReply},
+	{"long array", redistests.RespInts(1, 0, 5, 0, 0, 0, fakeSec, 0, 7), redisscript.ErrReply},
 	{"array holding a string", "*8\r\n:1\r\n:0\r\n$1\r\n5\r\n:0\r\n:0\r\n:0\r\n:" + strconv.FormatInt(fakeSec, 10) + "\r\n:0\r\n", redisscript.ErrReply},
 	{"array holding an array", "*8\r\n*1\r\n:1\r\n:0\r\n:5\r\n:0\r\n:0\r\n:0\r\n:" + strconv.FormatInt(fakeSec, 10) + "\r\n:0\r\n", redisscript.ErrReply},
 	{"array holding nil", "*8\r\n$-1\r\n:0\r\n:5\r\n:0\r\n:0\r\n:0\r\n:" + strconv.FormatInt(fakeSec, 10) + "\r\n:0\r\n", redisscript.ErrReply},
-	{"allowed out of range", respInts(2, 0, 5, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"reason out of range", respInts(0, 9, 0, 0, 1, 0, fakeSec, 0), redisscript.ErrReply},
-	{"allowed with a reason", respInts(1, 1, 5, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"denied without a reason", respInts(0, 0, 0, 0, 1, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative remaining", respInts(1, 0, -1, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative reset", respInts(1, 0, 5, -1, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative retry", respInts(0, 1, 0, 0, -1, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative delay", respInts(1, 0, 5, 0, 0, -1, fakeSec, 0), redisscript.ErrReply},
-	{"nanoseconds out of range", respInts(1, 0, 5, 0, 0, 0, fakeSec, 1e9), redisscript.ErrReply},
-	{"negative time", respInts(1, 0, 5, 0, 0, 0, -1, 0), redisscript.ErrReply},
+	{"allowed out of range", redistests.RespInts(2, 0, 5, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
+	{"reason out of range", redistests.RespInts(0, 9, 0, 0, 1, 0, fakeSec, 0), redisscript.ErrReply},
+	{"allowed with a reason", redistests.RespInts(1, 1, 5, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
+	{"denied without a reason", redistests.RespInts(0, 0, 0, 0, 1, 0, fakeSec, 0), redisscript.ErrReply},
+	{"negative remaining", redistests.RespInts(1, 0, -1, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
+	{"negative reset", redistests.RespInts(1, 0, 5, -1, 0, 0, fakeSec, 0), redisscript.ErrReply},
+	{"negative retry", redistests.RespInts(0, 1, 0, 0, -1, 0, fakeSec, 0), redisscript.ErrReply},
+	{"negative delay", redistests.RespInts(1, 0, 5, 0, 0, -1, fakeSec, 0), redisscript.ErrReply},
+	{"nanoseconds out of range", redistests.RespInts(1, 0, 5, 0, 0, 0, fakeSec, 1e9), redisscript.ErrReply},
+	{"negative time", redistests.RespInts(1, 0, 5, 0, 0, 0, -1, 0), redisscript.ErrReply},
 	// go-redis turns a nil reply into redis.Nil before the store sees it.
 	{"nil bulk string", "$-1\r\n", redis.Nil},
 	{"nil array", "*-1\r\n", redis.Nil},
@@ -1019,10 +863,10 @@ var garbageReplies = []struct {
 func TestFaultGarbageReplies(t *testing.T) {
 	checkFaultLeaks(t)
 	var current atomic.Pointer[string]
-	f := startFakeRedis(t, fakeScriptServer(func([]string) string { return *current.Load() }))
-	client := faultClient(t, &redis.Options{Addr: f.addr, Protocol: 2, MaxRetries: -1, DisableIdentity: true,
+	f := redistests.StartFake(t, fakeScriptServer(func([]string) string { return *current.Load() }))
+	client := faultClient(t, &redis.Options{Addr: f.Addr, Protocol: 2, MaxRetries: -1, DisableIdentity: true,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	policy := faultPolicy(t, core.Rule{Name: "garbage", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 10)})
+	policy := redistests.Policy(t, core.Rule{Name: "garbage", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 10)})
 	rule := policy.Rules()[0]
 	ctx := context.Background()
 	stores := []struct {
@@ -1033,13 +877,13 @@ func TestFaultGarbageReplies(t *testing.T) {
 		{"direct", []goredis.Option{goredis.WithoutBatching()}},
 	}
 	for _, s := range stores {
-		store := faultStore(t, client, s.opts...)
-		closed := faultLimiter(t, policy, core.WithStore(store), core.WithFailureMode(core.FailClosed))
-		open := faultLimiter(t, policy, core.WithStore(store), core.WithFailureMode(core.FailOpen))
+		store := mustStore(t, client, s.opts...)
+		closed := redistests.Limiter(t, policy, core.WithStore(store), core.WithFailureMode(core.FailClosed))
+		open := redistests.Limiter(t, policy, core.WithStore(store), core.WithFailureMode(core.FailOpen))
 		for _, g := range garbageReplies {
 			t.Run(s.name+"/"+g.name, func(t *testing.T) {
 				current.Store(&g.reply)
-				calls := f.scripts.Load()
+				calls := f.Calls("EVALSHA", "EVAL")
 				take := core.Take{Cost: 1, Buckets: []core.Bucket{{Rule: rule.Name, Key: "u", Limit: &rule.Limit}}, States: make([]core.BucketState, 1)}
 				err := store.Take(ctx, &take)
 				if err == nil {
@@ -1048,7 +892,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 				if g.want != nil && !errors.Is(err, g.want) {
 					t.Errorf("Take = %v, want an error wrapping %v", err, g.want)
 				}
-				if f.scripts.Load() == calls {
+				if f.Calls("EVALSHA", "EVAL") == calls {
 					t.Errorf("the fake got no script call")
 				}
 				d, err := closed.Allow(ctx, core.Request{User: "u"})
@@ -1068,13 +912,13 @@ func TestFaultGarbageReplies(t *testing.T) {
 	}
 
 	t.Run("NOSCRIPT then garbage", func(t *testing.T) {
-		f := startFakeRedis(t, fakeScriptServer(func(cmd []string) string {
+		f := redistests.StartFake(t, fakeScriptServer(func(cmd []string) string {
 			if strings.EqualFold(cmd[0], "EVALSHA") {
 				return "-NOSCRIPT No matching script. Please use EVAL.\r\n"
 			}
-			return respInts(2, 0, 5, 0, 0, 0, fakeSec, 0)
+			return redistests.RespInts(2, 0, 5, 0, 0, 0, fakeSec, 0)
 		}))
-		store := faultStore(t, faultClient(t, &redis.Options{Addr: f.addr, Protocol: 2, MaxRetries: -1}))
+		store := mustStore(t, faultClient(t, &redis.Options{Addr: f.Addr, Protocol: 2, MaxRetries: -1}))
 		take := core.Take{Cost: 1, Buckets: []core.Bucket{{Rule: rule.Name, Key: "u", Limit: &rule.Limit}}, States: make([]core.BucketState, 1)}
 		if err := store.Take(ctx, &take); !errors.Is(err, redisscript.ErrReply) {
 			t.Errorf("Take = %v, want an error wrapping ErrReply", err)
@@ -1085,8 +929,8 @@ func TestFaultGarbageReplies(t *testing.T) {
 	})
 
 	t.Run("NOSCRIPT forever", func(t *testing.T) {
-		f := startFakeRedis(t, fakeScriptServer(func([]string) string { return "-NOSCRIPT No matching script. Please use EVAL.\r\n" }))
-		store := faultStore(t, faultClient(t, &redis.Options{Addr: f.addr, Protocol: 2, MaxRetries: -1}))
+		f := redistests.StartFake(t, fakeScriptServer(func([]string) string { return "-NOSCRIPT No matching script. Please use EVAL.\r\n" }))
+		store := mustStore(t, faultClient(t, &redis.Options{Addr: f.Addr, Protocol: 2, MaxRetries: -1}))
 		for i := range 3 {
 			take := core.Take{Cost: 1, Buckets: []core.Bucket{{Rule: rule.Name, Key: "u", Limit: &rule.Limit}}, States: make([]core.BucketState, 1)}
 			if err := store.Take(ctx, &take); err == nil || !strings.Contains(err.Error(), "NOSCRIPT") {
@@ -1094,7 +938,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 			}
 		}
 		// One reload per take, never a loop.
-		if got, calls := store.Stats().Reloads, f.scripts.Load(); got != 3 || calls != 6 {
+		if got, calls := store.Stats().Reloads, f.Calls("EVALSHA", "EVAL"); got != 3 || calls != 6 {
 			t.Errorf("Stats().Reloads = %d with %d script calls, want 3 and 6", got, calls)
 		}
 	})
@@ -1109,7 +953,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 		var mu sync.Mutex
 		var otherReply string
 		var refunds [][]string // the undo arguments of every refund of the good bucket
-		f := startFakeRedis(t, fakeScriptServer(func(cmd []string) string {
+		f := redistests.StartFake(t, fakeScriptServer(func(cmd []string) string {
 			c, err := parseFakeScriptCall(cmd)
 			if err != nil {
 				return "-ERR " + err.Error() + "\r\n"
@@ -1127,21 +971,21 @@ func TestFaultGarbageReplies(t *testing.T) {
 		client := faultClusterClient(t, &redis.ClusterOptions{
 			MaxRetries: -1,
 			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
-				return []redis.ClusterSlot{{Start: 0, End: redistest.SlotCount - 1, Nodes: []redis.ClusterNode{{Addr: f.addr}}}}, nil
+				return []redis.ClusterSlot{{Start: 0, End: redistest.SlotCount - 1, Nodes: []redis.ClusterNode{{Addr: f.Addr}}}}, nil
 			},
 			NewClient: func(o *redis.Options) *redis.Client {
 				o.Protocol, o.DisableIdentity = 2, true
 				return redis.NewClient(o)
 			},
 		})
-		store := faultStore(t, client)
-		policy := faultPolicy(t,
+		store := mustStore(t, client)
+		policy := redistests.Policy(t,
 			core.Rule{Name: "good", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 10)},
 			core.Rule{Name: "other", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 10)})
 		if a, b := redisscript.Slot(store.Key("good", "u")), redisscript.Slot(store.Key("other", "u")); a == b {
 			t.Fatalf("both buckets in slot %d; the test needs two slots", a)
 		}
-		lim := faultLimiter(t, policy, core.WithStore(store), core.WithFailureMode(core.FailClosed))
+		lim := redistests.Limiter(t, policy, core.WithStore(store), core.WithFailureMode(core.FailClosed))
 		one := fakeScriptCall{mode: redisscript.ModeTakeUndo, buckets: 1}
 		for _, tc := range []struct {
 			name  string
@@ -1188,7 +1032,7 @@ func TestFaultTimeouts(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	const prompt = 2 * time.Second
 	ctx := context.Background()
-	policy := faultPolicy(t,
+	policy := redistests.Policy(t,
 		core.Rule{Name: "slow", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 10)},
 		core.Rule{Name: "slower", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 10)})
 	rules := policy.Rules()
@@ -1207,10 +1051,10 @@ func TestFaultTimeouts(t *testing.T) {
 		client func(t *testing.T) redis.UniversalClient
 	}{
 		{"hangs on the script", func(t *testing.T) redis.UniversalClient {
-			return faultClient(t, options(startFakeRedis(t, hangs).addr))
+			return faultClient(t, options(redistests.StartFake(t, hangs).Addr))
 		}},
 		{"answers nothing", func(t *testing.T) redis.UniversalClient {
-			return faultClient(t, options(startFakeRedis(t, silent).addr))
+			return faultClient(t, options(redistests.StartFake(t, silent).Addr))
 		}},
 		{"paused redis-server", func(t *testing.T) redis.UniversalClient {
 			c := faultClient(t, &redis.Options{Addr: paused.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
@@ -1222,11 +1066,11 @@ func TestFaultTimeouts(t *testing.T) {
 			return c
 		}},
 		{"cluster hangs on the script", func(t *testing.T) redis.UniversalClient {
-			f := startFakeRedis(t, hangs)
+			f := redistests.StartFake(t, hangs)
 			return faultClusterClient(t, &redis.ClusterOptions{
 				MaxRetries: -1, ContextTimeoutEnabled: true,
 				ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
-					return []redis.ClusterSlot{{Start: 0, End: redistest.SlotCount - 1, Nodes: []redis.ClusterNode{{Addr: f.addr}}}}, nil
+					return []redis.ClusterSlot{{Start: 0, End: redistest.SlotCount - 1, Nodes: []redis.ClusterNode{{Addr: f.Addr}}}}, nil
 				},
 				NewClient: func(o *redis.Options) *redis.Client {
 					o.Protocol, o.DisableIdentity = 2, true
@@ -1253,8 +1097,8 @@ func TestFaultTimeouts(t *testing.T) {
 				if !batching {
 					opts, name = append(opts, goredis.WithoutBatching()), "direct"
 				}
-				store := faultStore(t, client, append(opts, goredis.WithTimeout(timeout))...)
-				bare := faultStore(t, client, opts...)
+				store := mustStore(t, client, append(opts, goredis.WithTimeout(timeout))...)
+				bare := mustStore(t, client, opts...)
 				t.Run(name, func(t *testing.T) {
 					// Two buckets: in Cluster they lie in two slots (but for a
 					// 1-in-16384 prefix), so the take is pipelined.
@@ -1284,13 +1128,13 @@ func TestFaultTimeouts(t *testing.T) {
 
 					req := core.Request{User: "u"}
 					for _, mode := range []core.FailureMode{core.FailOpen, core.FailClosed, core.FailFallback} {
-						lim := faultLimiter(t, policy, core.WithStore(store), core.WithFailureMode(mode))
+						lim := redistests.Limiter(t, policy, core.WithStore(store), core.WithFailureMode(mode))
 						var d core.Decision
 						err := timed(t, mode.String(), func() (err error) { d, err = lim.Allow(ctx, req); return err })
 						checkFailureMode(t, mode, d, err)
 					}
 					// The limiter's own bound, on a store without one.
-					lim := faultLimiter(t, policy, core.WithStore(bare), core.WithFailureMode(core.FailClosed), core.WithTimeout(timeout))
+					lim := redistests.Limiter(t, policy, core.WithStore(bare), core.WithFailureMode(core.FailClosed), core.WithTimeout(timeout))
 					var d core.Decision
 					err := timed(t, "limiter WithTimeout", func() (err error) { d, err = lim.Allow(ctx, req); return err })
 					checkFailureMode(t, core.FailClosed, d, err)

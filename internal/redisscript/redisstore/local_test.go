@@ -1,4 +1,4 @@
-package rueidis
+package redisstore
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 // These tests check the bookkeeping of the local denial cache without
 // Redis: which cached values it accepts after which sequence of replies. The
-// Redis-backed behaviour is in store_test.go.
+// Redis-backed behaviour is in the rueidis store tests (adapters/redistests/rueidis).
 
 var base = time.Unix(1_000_000, 0)
 

@@ -1,24 +1,20 @@
 package rueidis_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/bucketry/ratelimit/adapters/redistests"
 	rstore "github.com/bucketry/ratelimit/adapters/rueidis"
 	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
@@ -26,7 +22,7 @@ import (
 	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+var t0 = redistests.T0
 
 // The servers are shared by the tests of this binary: each is started on
 // first use and stopped by TestMain. Tests run one at a time, and every
@@ -76,12 +72,6 @@ func sharedSentinel(t testing.TB) *redistest.SentinelServer {
 	return shared(t, &servers.sentinel, redistest.StartSentinel)
 }
 
-// prefixes gives every store of the test binary its own key space, so cases
-// sharing one server never see each other's buckets.
-var prefixes atomic.Int64
-
-func newPrefix() string { return fmt.Sprintf("t%d", prefixes.Add(1)) }
-
 func newClient(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
 	t.Helper()
 	c, err := rueidis.NewClient(opt)
@@ -107,72 +97,19 @@ func sentinelOpt(s *redistest.SentinelServer) rueidis.ClientOption {
 	}
 }
 
+// kit is the store, for the shared tests.
+var kit = redistests.Kit[rueidis.Client, rstore.Option, *rstore.Store]{New: rstore.New, Prefix: rstore.WithPrefix, Clock: rstore.WithClientClock, MinTTL: rstore.WithMinTTL, Unbatched: rstore.WithoutBatching, LocalDenials: rstore.WithLocalDenials}
+
 // harness builds each case's store on one client shared by the whole suite:
-// every store has its own prefix, so they never meet. Keys live at least an
-// hour: Redis expires them by its own clock, not the suite's.
+// every store has its own prefix, so they never meet.
 func harness(client rueidis.Client, opts ...rstore.Option) conformance.StoreHarness {
-	return conformance.StoreHarness{
-		New: func(t testing.TB, clock core.Clock) core.Store {
-			o := append([]rstore.Option{rstore.WithPrefix(newPrefix()), rstore.WithClientClock(clock), rstore.WithMinTTL(time.Hour)}, opts...)
-			s, err := rstore.New(client, o...)
-			if err != nil {
-				t.Fatalf("rueidis store New: %v", err)
-			}
-			return s
-		},
-	}
+	return redistests.Harness(func(t testing.TB, o redistests.Options) core.Store { return kit.Store(t, client, o, opts...) })
 }
 
+// mustStore returns a store on c with a prefix of its own, then opts.
 func mustStore(t testing.TB, c rueidis.Client, opts ...rstore.Option) *rstore.Store {
 	t.Helper()
-	s, err := rstore.New(c, append([]rstore.Option{rstore.WithPrefix(newPrefix())}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func mustPolicy(t testing.TB, rules ...core.Rule) *core.Policy {
-	t.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// limits returns validated limits, one per argument, from a policy.
-func limits(t testing.TB, ls ...core.Limit) []*core.Limit {
-	t.Helper()
-	var rules []core.Rule
-	for i, l := range ls {
-		rules = append(rules, core.Rule{Name: "r" + strconv.Itoa(i), Scope: core.ScopeUser, Limit: l})
-	}
-	kept := mustPolicy(t, rules...).Rules()
-	out := make([]*core.Limit, len(kept))
-	for i := range kept {
-		out[i] = &kept[i].Limit
-	}
-	return out
-}
-
-// take runs one Take at now (zero: the store's clock) and fails t on error.
-func take(t testing.TB, s core.Store, now time.Time, cost int64, bs ...core.Bucket) *core.Take {
-	t.Helper()
-	tk := &core.Take{Now: now, Cost: cost, Buckets: bs, States: make([]core.BucketState, len(bs))}
-	if err := s.Take(context.Background(), tk); err != nil {
-		t.Fatalf("Take(cost %d): %v", cost, err)
-	}
-	return tk
-}
-
-func allowed(tk *core.Take) bool {
-	for _, st := range tk.States {
-		if !st.Allowed {
-			return false
-		}
-	}
-	return true
+	return kit.Store(t, c, redistests.Options{}, opts...)
 }
 
 // The conformance suite on every topology and mode.
@@ -216,92 +153,20 @@ func TestConformanceLocalDenialsCluster(t *testing.T) {
 }
 
 // TestSameDecisionsAsMemory drives the memory store and the rueidis store
-// through the same random timelines (every algorithm, one to three buckets
-// per take, costs up to burst+1, time steps forwards, zero and backwards,
-// repeated takes so that local denials happen) and requires identical
-// states, field by field, and the same Take.At. In Cluster the tiers of a
-// take lie in several slots: refunds happen, with time moving backwards
-// too.
+// through the same random timelines, repeating takes so that local denials
+// happen, and requires identical states, field by field, and the same
+// Take.At (see redistests.RunSameDecisionsAsMemory).
 func TestSameDecisionsAsMemory(t *testing.T) {
-	srv := sharedStandalone(t)
-	cl := sharedCluster(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	ls := limits(t,
-		core.TokenBucket(core.PerSecond(2), 4),
-		core.TokenBucket(core.Rate{N: 3, Per: time.Second}, 5), // interval rounded up to the ns
-		core.TokenBucket(core.PerMinute(100), 7),
-		core.Shaping(core.PerSecond(10), 2, 300*time.Millisecond),
-		core.FixedWindow(5, time.Second),
-		core.SlidingWindow(4, 3*time.Second),
-		core.SlidingLog(5, time.Second),
-	)
-	for _, tc := range []struct {
-		name   string
-		client rueidis.Client
-		opts   []rstore.Option
-	}{
-		{"standalone", newClient(t, standaloneOpt(srv)), nil},
-		{"standalone_local", newClient(t, standaloneOpt(srv)), []rstore.Option{rstore.WithLocalDenials()}},
-		{"cluster_local", newClient(t, clusterOpt(cl)), []rstore.Option{rstore.WithLocalDenials()}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 7))
-			var local int64
-			for seq := range 20 {
-				// Time steps back: keep reclaimed buckets for it (see WithReclaimDelay).
-				mem, err := core.NewMemoryStore(core.WithReclaimDelay(time.Hour))
-				if err != nil {
-					t.Fatal(err)
-				}
-				red := mustStore(t, tc.client, append([]rstore.Option{rstore.WithMinTTL(time.Hour)}, tc.opts...)...)
-				now := t0.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
-				var tm, tr *core.Take
-				for step := range 60 {
-					if step == 0 || rng.IntN(3) > 0 {
-						// A new take; otherwise the last one again.
-						switch rng.IntN(10) {
-						case 0:
-						case 1:
-							now = now.Add(-time.Duration(rng.IntN(300)) * time.Millisecond)
-						default:
-							now = now.Add(time.Duration(rng.IntN(400))*time.Millisecond + time.Duration(rng.IntN(1000)))
-						}
-						n := 1 + rng.IntN(3)
-						perm := rng.Perm(len(ls))[:n]
-						var buckets []core.Bucket
-						for _, i := range perm {
-							buckets = append(buckets, core.Bucket{Rule: "r" + strconv.Itoa(i), Key: "k" + strconv.Itoa(rng.IntN(2)), Limit: ls[i]})
-						}
-						cost := int64(rng.IntN(int(ls[perm[0]].Burst()) + 2))
-						tm = &core.Take{Now: now, Cost: cost, Buckets: buckets, States: make([]core.BucketState, n)}
-						tr = &core.Take{Now: now, Cost: cost, Buckets: buckets, States: make([]core.BucketState, n)}
-					}
-					if err := mem.Take(context.Background(), tm); err != nil {
-						t.Fatal(err)
-					}
-					if err := red.Take(context.Background(), tr); err != nil {
-						t.Fatal(err)
-					}
-					for i := range tm.States {
-						if tm.States[i] != tr.States[i] {
-							t.Fatalf("sequence %d step %d at %v cost %d bucket %s (%v): redis %+v, memory %+v\nall buckets %v\nredis  %+v\nmemory %+v\nstats %+v",
-								seq, step, now.Sub(t0), tm.Cost, tm.Buckets[i].Rule, tm.Buckets[i].Limit, tr.States[i], tm.States[i],
-								tm.Buckets, tr.States, tm.States, red.Stats())
-						}
-					}
-					if !tr.At.Equal(now) {
-						t.Fatalf("Take.At = %v, want %v", tr.At, now)
-					}
-				}
-				local += red.Stats().Local + red.Stats().Fetched
-			}
-			if len(tc.opts) > 0 && local == 0 {
-				t.Fatal("no take was denied locally: the timelines do not exercise local denials")
-			}
-			t.Logf("%d local denials", local)
-		})
+	store := func(c rueidis.Client) func(t testing.TB, o redistests.Options) core.Store {
+		return func(t testing.TB, o redistests.Options) core.Store { return kit.Store(t, c, o) }
 	}
+	local := func(st core.Store) int64 { s := st.(*rstore.Store).Stats(); return s.Local + s.Fetched }
+	standalone, cluster := newClient(t, standaloneOpt(sharedStandalone(t))), newClient(t, clusterOpt(sharedCluster(t)))
+	redistests.RunSameDecisionsAsMemory(t, 20,
+		redistests.MemoryCase{Name: "standalone", New: store(standalone)},
+		redistests.MemoryCase{Name: "standalone_local", New: store(standalone), LocalDenials: true, Local: local},
+		redistests.MemoryCase{Name: "cluster_local", New: store(cluster), LocalDenials: true, Local: local},
+	)
 }
 
 // TestLocalDenialFlood: with the server's clock, a flood of repeated denied
@@ -321,8 +186,8 @@ func TestLocalDenialFlood(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 1000
 			st := mustStore(t, tc.client, rstore.WithLocalDenials())
-			b := core.Bucket{Rule: "r", Key: "flood", Limit: limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]}
-			if tk := take(t, st, time.Time{}, 1, b); !allowed(tk) {
+			b := core.Bucket{Rule: "r", Key: "flood", Limit: redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]}
+			if tk := redistests.Take(t, st, time.Time{}, 1, b); !redistests.Allowed(tk) {
 				t.Fatalf("first take: %+v, want allowed", tk.States[0])
 			}
 			// The bucket's TAT, read behind the store's back.
@@ -333,7 +198,7 @@ func TestLocalDenialFlood(t *testing.T) {
 			tat := time.Unix(0, v)
 			before := st.Stats()
 			for i := range n {
-				tk := take(t, st, time.Time{}, 1, b)
+				tk := redistests.Take(t, st, time.Time{}, 1, b)
 				s := tk.States[0]
 				if s.Allowed || s.Reason != core.ReasonLimited || s.RetryAfter <= 0 || s.RetryAfter > time.Minute {
 					t.Fatalf("take %d: %+v, want denied for up to a minute", i, s)
@@ -417,17 +282,17 @@ func TestOtherInstanceInvalidates(t *testing.T) {
 	optA := standaloneOpt(srv)
 	optA.OnInvalidations = inv.hook
 	clientA, clientB := newClient(t, optA), newClient(t, standaloneOpt(srv))
-	prefix := newPrefix()
+	prefix := redistests.NewPrefix()
 	clock := core.NewManualClock(t0)
 	a := mustStore(t, clientA, rstore.WithPrefix(prefix), rstore.WithClientClock(clock), rstore.WithLocalDenials())
 	b := mustStore(t, clientB, rstore.WithPrefix(prefix), rstore.WithClientClock(clock), rstore.WithLocalDenials())
-	bucket := core.Bucket{Rule: "r", Key: "u", Limit: limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]}
+	bucket := core.Bucket{Rule: "r", Key: "u", Limit: redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]}
 	key := a.Key("r", "u")
 	want := func(step string, s *rstore.Store, allow bool, d rstore.Stats) {
 		t.Helper()
 		before := s.Stats()
-		tk := take(t, s, time.Time{}, 1, bucket)
-		if allowed(tk) != allow {
+		tk := redistests.Take(t, s, time.Time{}, 1, bucket)
+		if redistests.Allowed(tk) != allow {
 			t.Fatalf("%s: %+v, want allowed %v", step, tk.States[0], allow)
 		}
 		after := s.Stats()
@@ -474,19 +339,19 @@ func TestRuleChange(t *testing.T) {
 	srv := sharedStandalone(t)
 	clock := core.NewManualClock(t0)
 	st := mustStore(t, newClient(t, standaloneOpt(srv)), rstore.WithClientClock(clock), rstore.WithLocalDenials())
-	ls := limits(t, core.TokenBucket(core.PerMinute(1), 1), core.TokenBucket(core.PerMinute(1), 3))
+	ls := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1), core.TokenBucket(core.PerMinute(1), 3))
 	tight := core.Bucket{Rule: "r", Key: "u", Limit: ls[0]}
 	roomy := core.Bucket{Rule: "r", Key: "u", Limit: ls[1]}
-	take(t, st, time.Time{}, 1, tight)
+	redistests.Take(t, st, time.Time{}, 1, tight)
 	for range 5 {
-		if tk := take(t, st, time.Time{}, 1, tight); allowed(tk) {
+		if tk := redistests.Take(t, st, time.Time{}, 1, tight); redistests.Allowed(tk) {
 			t.Fatal("allowed past the burst")
 		}
 	}
 	if s := st.Stats(); s.Local < 3 {
 		t.Fatalf("stats %+v, want local denials", s)
 	}
-	if tk := take(t, st, time.Time{}, 1, roomy); !allowed(tk) || tk.States[0].Remaining != 1 {
+	if tk := redistests.Take(t, st, time.Time{}, 1, roomy); !redistests.Allowed(tk) || tk.States[0].Remaining != 1 {
 		t.Fatalf("under the roomier rule: %+v, want allowed with 1 remaining", tk.States[0])
 	}
 }
@@ -501,27 +366,21 @@ func TestRefundAcrossSlots(t *testing.T) {
 	optB := clusterOpt(cl)
 	optB.OnInvalidations = inv.hook
 	clientA, clientB := newClient(t, clusterOpt(cl)), newClient(t, optB)
-	prefix := newPrefix()
+	prefix := redistests.NewPrefix()
 	clock := core.NewManualClock(t0)
 	a := mustStore(t, clientA, rstore.WithPrefix(prefix), rstore.WithClientClock(clock), rstore.WithLocalDenials())
 	b := mustStore(t, clientB, rstore.WithPrefix(prefix), rstore.WithClientClock(clock), rstore.WithLocalDenials())
-	ls := limits(t, core.TokenBucket(core.PerMinute(1), 1), core.TokenBucket(core.PerMinute(1), 2))
-	var id string
-	for i := 0; id == ""; i++ {
-		cand := "u" + strconv.Itoa(i)
-		if redisscript.Slot(a.Key("a", cand)) != redisscript.Slot(a.Key("b", cand)) {
-			id = cand
-		}
-	}
+	ls := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1), core.TokenBucket(core.PerMinute(1), 2))
+	id := redistests.SplitID(a.Key, "u", "a", "b")
 	ta := core.Bucket{Rule: "a", Key: id, Limit: ls[0]}
 	tb := core.Bucket{Rule: "b", Key: id, Limit: ls[1]}
 
 	// b holds 1 of 2 tokens; a cost of 2 is denied, and both instances
 	// cache that state.
-	take(t, a, time.Time{}, 1, tb)
+	redistests.Take(t, a, time.Time{}, 1, tb)
 	for _, s := range []*rstore.Store{a, b} {
 		for range 3 {
-			if tk := take(t, s, time.Time{}, 2, tb); allowed(tk) || tk.States[0].Remaining != 1 {
+			if tk := redistests.Take(t, s, time.Time{}, 2, tb); redistests.Allowed(tk) || tk.States[0].Remaining != 1 {
 				t.Fatalf("cost 2 on b: %+v, want denied with 1 remaining", tk.States[0])
 			}
 		}
@@ -531,9 +390,9 @@ func TestRefundAcrossSlots(t *testing.T) {
 	}
 	// a is emptied; then a request on both: a denies, b's token is taken
 	// and given back.
-	take(t, a, time.Time{}, 1, ta)
-	tk := take(t, a, time.Time{}, 1, ta, tb)
-	if allowed(tk) || tk.States[0].Allowed || !tk.States[1].Allowed || tk.States[1].Remaining != 1 {
+	redistests.Take(t, a, time.Time{}, 1, ta)
+	tk := redistests.Take(t, a, time.Time{}, 1, ta, tb)
+	if redistests.Allowed(tk) || tk.States[0].Allowed || !tk.States[1].Allowed || tk.States[1].Remaining != 1 {
 		t.Fatalf("a and b: %+v, want denied by a, b reporting 1 remaining", tk.States)
 	}
 	if s := a.Stats(); s.Refunds != 1 {
@@ -543,11 +402,11 @@ func TestRefundAcrossSlots(t *testing.T) {
 	// wrote the key again); B now reads the refunded state.
 	inv.wait(t, b.Key("b", id), 1)
 	for _, s := range []*rstore.Store{b, a} {
-		if tk := take(t, s, time.Time{}, 2, tb); allowed(tk) || tk.States[0].Remaining != 1 || tk.States[0].RetryAfter != time.Minute {
+		if tk := redistests.Take(t, s, time.Time{}, 2, tb); redistests.Allowed(tk) || tk.States[0].Remaining != 1 || tk.States[0].RetryAfter != time.Minute {
 			t.Fatalf("after the refund, cost 2 on b: %+v, want denied with 1 remaining for 1m", tk.States[0])
 		}
 	}
-	if tk := take(t, b, time.Time{}, 1, tb); !allowed(tk) {
+	if tk := redistests.Take(t, b, time.Time{}, 1, tb); !redistests.Allowed(tk) {
 		t.Fatalf("after the refund, cost 1 on b: %+v, want allowed", tk.States[0])
 	}
 }
@@ -558,19 +417,19 @@ func TestRefundAcrossSlots(t *testing.T) {
 func TestServerClock(t *testing.T) {
 	srv := sharedStandalone(t)
 	st := mustStore(t, newClient(t, standaloneOpt(srv)), rstore.WithLocalDenials())
-	b := core.Bucket{Rule: "r", Key: "u", Limit: limits(t, core.TokenBucket(core.PerHour(1), 1))[0]}
+	b := core.Bucket{Rule: "r", Key: "u", Limit: redistests.Limits(t, core.TokenBucket(core.PerHour(1), 1))[0]}
 	before := time.Now()
-	tk := take(t, st, time.Time{}, 1, b)
+	tk := redistests.Take(t, st, time.Time{}, 1, b)
 	after := time.Now()
 	// The server runs on this machine: its clock is this clock, to within
 	// the microsecond TIME reports.
-	if !allowed(tk) || tk.At.Before(before.Add(-time.Millisecond)) || tk.At.After(after.Add(time.Millisecond)) {
+	if !redistests.Allowed(tk) || tk.At.Before(before.Add(-time.Millisecond)) || tk.At.After(after.Add(time.Millisecond)) {
 		t.Fatalf("Take = %+v at %v, want allowed within [%v, %v]", tk.States[0], tk.At, before, after)
 	}
 	for range 5 {
-		tk = take(t, st, time.Time{}, 1, b)
+		tk = redistests.Take(t, st, time.Time{}, 1, b)
 		after := time.Now()
-		if allowed(tk) || tk.States[0].RetryAfter <= 59*time.Minute || tk.States[0].RetryAfter > time.Hour {
+		if redistests.Allowed(tk) || tk.States[0].RetryAfter <= 59*time.Minute || tk.States[0].RetryAfter > time.Hour {
 			t.Fatalf("denied take: %+v, want denied for about an hour", tk.States[0])
 		}
 		if tk.At.After(after.Add(time.Millisecond)) {
@@ -593,14 +452,8 @@ func TestScriptReload(t *testing.T) {
 				opts = append(opts, rstore.WithoutBatching())
 			}
 			st := mustStore(t, newClient(t, clusterOpt(cl)), opts...)
-			ls := limits(t, core.TokenBucket(core.PerSecond(1), 10), core.TokenBucket(core.PerSecond(1), 10))
-			var id string
-			for i := 0; id == ""; i++ {
-				cand := "u" + strconv.Itoa(i)
-				if redisscript.Slot(st.Key("a", cand)) != redisscript.Slot(st.Key("b", cand)) {
-					id = cand
-				}
-			}
+			ls := redistests.Limits(t, core.TokenBucket(core.PerSecond(1), 10), core.TokenBucket(core.PerSecond(1), 10))
+			id := redistests.SplitID(st.Key, "u", "a", "b")
 			ta := core.Bucket{Rule: "a", Key: id, Limit: ls[0]}
 			tb := core.Bucket{Rule: "b", Key: id, Limit: ls[1]}
 			flush := func() {
@@ -611,16 +464,16 @@ func TestScriptReload(t *testing.T) {
 				}
 			}
 			flush()
-			take(t, st, time.Time{}, 1, ta)
+			redistests.Take(t, st, time.Time{}, 1, ta)
 			if r := st.Stats().Reloads; r != 1 {
 				t.Fatalf("single slot: %d reloads, want 1", r)
 			}
-			take(t, st, time.Time{}, 1, ta)
+			redistests.Take(t, st, time.Time{}, 1, ta)
 			if r := st.Stats().Reloads; r != 1 {
 				t.Fatalf("single slot again: %d reloads, want still 1", r)
 			}
 			flush()
-			if tk := take(t, st, time.Time{}, 1, ta, tb); !allowed(tk) || tk.States[0].Remaining != 7 || tk.States[1].Remaining != 9 {
+			if tk := redistests.Take(t, st, time.Time{}, 1, ta, tb); !redistests.Allowed(tk) || tk.States[0].Remaining != 7 || tk.States[1].Remaining != 9 {
 				t.Fatalf("two slots: %+v, want allowed with 7 and 9 remaining", tk.States)
 			}
 			if r := st.Stats().Reloads; r != 3 {
@@ -630,121 +483,18 @@ func TestScriptReload(t *testing.T) {
 	}
 }
 
-// TestDistributedExactness: four store instances, each with its own client,
-// 16 goroutines each, on one key with the clock frozen, admit exactly the
-// burst, alone and with tiers spread across slots.
+// TestDistributedExactness: several store instances, each on a client of
+// its own, admit exactly the burst together (see
+// redistests.RunDistributedExactness).
 func TestDistributedExactness(t *testing.T) {
-	const burst = 200
-	srv := sharedStandalone(t)
-	cl := sharedCluster(t)
-	for _, tc := range []struct {
-		name  string
-		opt   rueidis.ClientOption
-		tiers int
-		opts  []rstore.Option
-	}{
-		{"standalone", standaloneOpt(srv), 1, nil},
-		{"standalone_unbatched", standaloneOpt(srv), 1, []rstore.Option{rstore.WithoutBatching()}},
-		{"standalone_local_denials", standaloneOpt(srv), 2, []rstore.Option{rstore.WithLocalDenials()}},
-		{"cluster_3_tiers_local_denials", clusterOpt(cl), 3, []rstore.Option{rstore.WithLocalDenials()}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			prefix := newPrefix()
-			clock := core.NewManualClock(t0)
-			var rules []core.Rule
-			for i := range tc.tiers {
-				// The first tier is the tight one; the others have room but
-				// must not be charged for denied requests.
-				b := int64(burst)
-				if i > 0 {
-					b = 10 * burst
-				}
-				rules = append(rules, core.Rule{Name: "tier" + strconv.Itoa(i), Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerMinute(1), b)})
-			}
-			p := mustPolicy(t, rules...)
-			var admitted, denied atomic.Int64
-			var wg sync.WaitGroup
-			var stores []*rstore.Store
-			for range 4 {
-				opts := append([]rstore.Option{rstore.WithPrefix(prefix), rstore.WithClientClock(clock)}, tc.opts...)
-				st, err := rstore.New(newClient(t, tc.opt), opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				stores = append(stores, st)
-				l, err := core.NewLimiter(p, core.WithStore(st), core.WithFailureMode(core.FailClosed))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for range 16 {
-					wg.Go(func() {
-						for range 3 * burst / 16 {
-							d, err := l.Allow(context.Background(), core.Request{})
-							switch {
-							case err != nil:
-								t.Error(err)
-								return
-							case d.Allowed:
-								admitted.Add(1)
-							default:
-								denied.Add(1)
-							}
-						}
-					})
-				}
-			}
-			wg.Wait()
-			if admitted.Load() != burst {
-				t.Fatalf("admitted %d of %d requests, want exactly the burst %d", admitted.Load(), admitted.Load()+denied.Load(), burst)
-			}
-			var local int64
-			for _, st := range stores {
-				local += st.Stats().Local
-			}
-			t.Logf("%d of %d denials local", local, denied.Load())
-			// Denied requests took nothing from the roomier tiers.
-			if tc.tiers > 1 {
-				st := mustStore(t, newClient(t, tc.opt), rstore.WithPrefix(prefix), rstore.WithClientClock(clock))
-				l, _ := core.NewLimiter(mustPolicy(t, rules[1:]...), core.WithStore(st))
-				d, err := l.AllowN(context.Background(), core.Request{}, 0)
-				if err != nil || d.Remaining != 10*burst-burst {
-					t.Fatalf("roomy tiers: %+v, %v; want %d remaining", d, err, 10*burst-burst)
-				}
-			}
-		})
-	}
-}
-
-func TestNewOptions(t *testing.T) {
-	srv := sharedStandalone(t)
-	c := newClient(t, standaloneOpt(srv))
-	for _, tc := range []struct {
-		name   string
-		client rueidis.Client
-		opts   []rstore.Option
-	}{
-		{"nil client", nil, nil},
-		{"empty prefix", c, []rstore.Option{rstore.WithPrefix("")}},
-		{"control character in prefix", c, []rstore.Option{rstore.WithPrefix("a\nb")}},
-		{"short secret", c, []rstore.Option{rstore.WithHashedIdentities([]byte("short"))}},
-		{"negative timeout", c, []rstore.Option{rstore.WithTimeout(-time.Second)}},
-		{"negative min TTL", c, []rstore.Option{rstore.WithMinTTL(-time.Millisecond)}},
-		{"min TTL above MaxSpan", c, []rstore.Option{rstore.WithMinTTL(core.MaxSpan + time.Millisecond)}},
-		{"no local denial keys", c, []rstore.Option{rstore.WithLocalDenialKeys(0)}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := rstore.New(tc.client, tc.opts...); !errors.Is(err, core.ErrInvalidOption) {
-				t.Fatalf("New = %v, want an error wrapping core.ErrInvalidOption", err)
-			}
-		})
-	}
-	st, err := rstore.New(c, rstore.WithHashedIdentities([]byte("0123456789abcdef")), rstore.WithTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k := st.Key("r", "alice"); strings.Contains(k, "alice") || !strings.HasPrefix(k, "ratelimit:r:#") {
-		t.Fatalf("Key = %q, want a hashed identity under the default prefix", k)
-	}
+	opts := [2]rueidis.ClientOption{standaloneOpt(sharedStandalone(t)), clusterOpt(sharedCluster(t))}
+	redistests.RunDistributedExactness(t, func(t testing.TB, cluster bool, o redistests.Options) core.Store {
+		opt := opts[0]
+		if cluster {
+			opt = opts[1]
+		}
+		return kit.Store(t, newClient(t, opt), o)
+	})
 }
 
 // TestLocalDenialKeysBound: when the local denial cache is full it forgets
@@ -753,54 +503,37 @@ func TestLocalDenialKeysBound(t *testing.T) {
 	srv := sharedStandalone(t)
 	clock := core.NewManualClock(t0)
 	st := mustStore(t, newClient(t, standaloneOpt(srv)), rstore.WithClientClock(clock), rstore.WithLocalDenials(), rstore.WithLocalDenialKeys(2))
-	l := limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]
+	l := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]
 	for round := range 3 {
 		for i := range 3 {
 			b := core.Bucket{Rule: "r", Key: "u" + strconv.Itoa(i), Limit: l}
 			if round == 0 {
-				take(t, st, time.Time{}, 1, b)
+				redistests.Take(t, st, time.Time{}, 1, b)
 			}
-			if tk := take(t, st, time.Time{}, 1, b); allowed(tk) {
+			if tk := redistests.Take(t, st, time.Time{}, 1, b); redistests.Allowed(tk) {
 				t.Fatalf("round %d key %d: allowed past the burst", round, i)
 			}
 		}
 	}
 }
 
-// A fake RESP3 server, for replies a real Redis never sends.
+// A fake RESP3 server, for replies a real Redis never sends: the replies
+// of a redistests.FakeServer.
 
 type fakeServer struct {
-	ln      net.Listener
+	*redistests.FakeServer
 	cluster bool // answer CLUSTER SLOTS: one node owning every slot
 
 	mu       sync.Mutex
 	evalsha  []string // raw replies to EVALSHA, in turn; the last one repeats
 	eval     string   // raw reply to EVAL
 	get      string   // raw reply to GET (inside EXEC for DoCache)
-	calls    map[string]int
 	lastArgs []string // of the last EVALSHA
 }
 
 func newFakeServer(t *testing.T, cluster bool) *fakeServer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeServer{ln: ln, cluster: cluster, calls: map[string]int{}, get: "_\r\n"}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { f.serve(conn) })
-		}
-	})
+	f := &fakeServer{cluster: cluster, get: "_\r\n"}
+	f.FakeServer = redistests.StartFake(t, f.reply)
 	return f
 }
 
@@ -816,111 +549,34 @@ func (f *fakeServer) last() []string {
 	return f.lastArgs
 }
 
-func (f *fakeServer) count(cmd string) int {
+func (f *fakeServer) reply(args []string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.calls[cmd]
-}
-
-func (f *fakeServer) serve(conn net.Conn) {
-	defer conn.Close()
-	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
-	var queued []string
-	inMulti := false
-	for {
-		args, err := readCommand(r)
-		if err != nil {
-			return
+	switch strings.ToUpper(args[0]) {
+	case "HELLO":
+		return "%2\r\n+proto\r\n:3\r\n+version\r\n+7.0.15\r\n"
+	case "PING":
+		return "+PONG\r\n"
+	case "PTTL":
+		return ":-1\r\n"
+	case "GET":
+		return f.get
+	case "CLUSTER":
+		if f.cluster {
+			return fmt.Sprintf("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f.Port())
 		}
-		cmd := strings.ToUpper(args[0])
-		f.mu.Lock()
-		f.calls[cmd]++
-		var reply string
-		switch cmd {
-		case "HELLO":
-			reply = "%2\r\n+proto\r\n:3\r\n+version\r\n+7.0.15\r\n"
-		case "PING":
-			reply = "+PONG\r\n"
-		case "MULTI":
-			inMulti, queued, reply = true, queued[:0], "+OK\r\n"
-		case "EXEC":
-			reply = fmt.Sprintf("*%d\r\n%s", len(queued), strings.Join(queued, ""))
-			inMulti = false
-		case "PTTL":
-			reply = ":-1\r\n"
-		case "GET":
-			reply = f.get
-		case "CLUSTER":
-			reply = "-ERR This instance has cluster support disabled\r\n"
-			if f.cluster {
-				port := f.ln.Addr().(*net.TCPAddr).Port
-				reply = fmt.Sprintf("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", port)
-			}
-		case "EVALSHA":
-			f.lastArgs = args
-			reply = f.evalsha[0]
-			if len(f.evalsha) > 1 {
-				f.evalsha = f.evalsha[1:]
-			}
-		case "EVAL":
-			reply = f.eval
-		default:
-			reply = "+OK\r\n"
+		return "-ERR This instance has cluster support disabled\r\n"
+	case "EVALSHA":
+		f.lastArgs = args
+		reply := f.evalsha[0]
+		if len(f.evalsha) > 1 {
+			f.evalsha = f.evalsha[1:]
 		}
-		f.mu.Unlock()
-		if inMulti && cmd != "MULTI" {
-			queued = append(queued, reply)
-			reply = "+QUEUED\r\n"
-		}
-		w.WriteString(reply)
-		if r.Buffered() == 0 {
-			if w.Flush() != nil {
-				return
-			}
-		}
+		return reply
+	case "EVAL":
+		return f.eval
 	}
-}
-
-// readCommand reads one command, an array of bulk strings.
-func readCommand(r *bufio.Reader) ([]string, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	if len(line) < 3 || line[0] != '*' {
-		return nil, fmt.Errorf("bad command line %q", line)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
-	if err != nil {
-		return nil, err
-	}
-	args := make([]string, n)
-	for i := range args {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return nil, err
-		}
-		size, err := strconv.Atoi(strings.TrimSpace(line[1:]))
-		if err != nil {
-			return nil, err
-		}
-		buf := make([]byte, size+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		args[i] = string(buf[:size])
-	}
-	return args, nil
-}
-
-// ints formats a RESP array of integers.
-func respInts(vs ...int64) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(vs))
-	for _, v := range vs {
-		fmt.Fprintf(&b, ":%d\r\n", v)
-	}
-	return b.String()
+	return "+OK\r\n"
 }
 
 // TestGarbageReplies: replies a real server never sends to the script, and
@@ -928,11 +584,11 @@ func respInts(vs ...int64) string {
 // redisscript.ErrReply; nothing panics.
 func TestGarbageReplies(t *testing.T) {
 	f := newFakeServer(t, false)
-	client := newClient(t, rueidis.ClientOption{InitAddress: []string{f.ln.Addr().String()}, ForceSingleClient: true, DisableRetry: true})
-	l := limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]
+	client := newClient(t, rueidis.ClientOption{InitAddress: []string{f.Addr}, ForceSingleClient: true, DisableRetry: true})
+	l := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]
 	b := core.Bucket{Rule: "r", Key: "u", Limit: l}
 	sec := t0.Unix()
-	denial := respInts(0, 1, 0, int64(time.Minute), int64(time.Minute), 0, sec, 0) // denied at t0 for a minute
+	denial := redistests.RespInts(0, 1, 0, int64(time.Minute), int64(time.Minute), 0, sec, 0) // denied at t0 for a minute
 	noscript := "-NOSCRIPT No matching script. Please use EVAL.\r\n"
 	for _, tc := range []struct {
 		name    string
@@ -947,12 +603,12 @@ func TestGarbageReplies(t *testing.T) {
 		{"bulk string element", "*8\r\n:0\r\n:1\r\n:0\r\n:1\r\n:1\r\n:0\r\n$1\r\nx\r\n:0\r\n", ""},
 		{"nested array", "*8\r\n*0\r\n:1\r\n:0\r\n:1\r\n:1\r\n:0\r\n:1\r\n:0\r\n", ""},
 		{"nil element", "*8\r\n_\r\n:1\r\n:0\r\n:1\r\n:1\r\n:0\r\n:1\r\n:0\r\n", ""},
-		{"too short", respInts(0, 1, 0), ""},
-		{"too long", respInts(0, 1, 0, 1, 1, 0, 1, 0, 0), ""},
-		{"allowed flag 2", respInts(2, 0, 0, 1, 1, 0, sec, 0), ""},
-		{"allowed with a reason", respInts(1, 1, 0, 1, 1, 0, sec, 0), ""},
-		{"negative remaining", respInts(0, 1, -1, 1, 1, 0, sec, 0), ""},
-		{"nanoseconds out of range", respInts(0, 1, 0, 1, 1, 0, sec, 1e9), ""},
+		{"too short", redistests.RespInts(0, 1, 0), ""},
+		{"too long", redistests.RespInts(0, 1, 0, 1, 1, 0, 1, 0, 0), ""},
+		{"allowed flag 2", redistests.RespInts(2, 0, 0, 1, 1, 0, sec, 0), ""},
+		{"allowed with a reason", redistests.RespInts(1, 1, 0, 1, 1, 0, sec, 0), ""},
+		{"negative remaining", redistests.RespInts(0, 1, -1, 1, 1, 0, sec, 0), ""},
+		{"nanoseconds out of range", redistests.RespInts(0, 1, 0, 1, 1, 0, sec, 1e9), ""},
 		{"garbage after NOSCRIPT", noscript, "+OK\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -983,8 +639,8 @@ func TestGarbageReplies(t *testing.T) {
 	t.Run("reload", func(t *testing.T) {
 		st := mustStore(t, client)
 		f.set([]string{noscript}, denial, "_\r\n")
-		tk := take(t, st, time.Time{}, 1, b)
-		if allowed(tk) || !tk.At.Equal(t0) || tk.States[0].RetryAfter != time.Minute {
+		tk := redistests.Take(t, st, time.Time{}, 1, b)
+		if redistests.Allowed(tk) || !tk.At.Equal(t0) || tk.States[0].RetryAfter != time.Minute {
 			t.Fatalf("Take = %+v at %v, want denied at t0 for a minute", tk.States[0], tk.At)
 		}
 		if s := st.Stats(); s.Reloads != 1 {
@@ -1007,8 +663,8 @@ func TestGarbageReplies(t *testing.T) {
 			clock := core.NewManualClock(t0)
 			st := mustStore(t, client, rstore.WithClientClock(clock), rstore.WithLocalDenials())
 			f.set([]string{denial}, "", tc.get)
-			take(t, st, time.Time{}, 1, b) // Redis denies: the store remembers
-			evalsha := f.count("EVALSHA")
+			redistests.Take(t, st, time.Time{}, 1, b) // Redis denies: the store remembers
+			evalsha := f.Calls("EVALSHA")
 			tk := &core.Take{Cost: 1, Buckets: []core.Bucket{b}, States: make([]core.BucketState, 1)}
 			err := st.Take(context.Background(), tk)
 			if tc.wantErr {
@@ -1018,8 +674,8 @@ func TestGarbageReplies(t *testing.T) {
 				return
 			}
 			// A value that is not a token bucket's: Redis decides.
-			if err != nil || allowed(tk) || f.count("EVALSHA") != evalsha+1 {
-				t.Fatalf("Take = %+v, %v after %d script calls (was %d); want denied by the script", tk.States[0], err, f.count("EVALSHA"), evalsha)
+			if err != nil || redistests.Allowed(tk) || f.Calls("EVALSHA") != evalsha+1 {
+				t.Fatalf("Take = %+v, %v after %d script calls (was %d); want denied by the script", tk.States[0], err, f.Calls("EVALSHA"), evalsha)
 			}
 		})
 	}
@@ -1048,19 +704,13 @@ func rawUndoReply(fields []int64, undo string) string {
 // undo values.
 func TestGarbageRepliesAcrossSlots(t *testing.T) {
 	f := newFakeServer(t, true)
-	client := newClient(t, rueidis.ClientOption{InitAddress: []string{f.ln.Addr().String()}, DisableRetry: true})
+	client := newClient(t, rueidis.ClientOption{InitAddress: []string{f.Addr}, DisableRetry: true})
 	if client.Mode() != rueidis.ClientModeCluster {
 		t.Fatalf("client mode %q, want cluster", client.Mode())
 	}
-	ls := limits(t, core.TokenBucket(core.PerMinute(1), 1), core.TokenBucket(core.PerMinute(1), 1))
+	ls := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1), core.TokenBucket(core.PerMinute(1), 1))
 	st := mustStore(t, client)
-	var id string
-	for i := 0; id == ""; i++ {
-		cand := "u" + strconv.Itoa(i)
-		if redisscript.Slot(st.Key("a", cand)) != redisscript.Slot(st.Key("b", cand)) {
-			id = cand
-		}
-	}
+	id := redistests.SplitID(st.Key, "u", "a", "b")
 	buckets := []core.Bucket{{Rule: "a", Key: id, Limit: ls[0]}, {Rule: "b", Key: id, Limit: ls[1]}}
 	minute := int64(time.Minute)
 	allow := []int64{1, 0, 0, minute, 0, 0}
@@ -1071,7 +721,7 @@ func TestGarbageRepliesAcrossSlots(t *testing.T) {
 		name    string
 		replies []string
 	}{
-		{"no undo array", []string{respInts(append(allow, t0.Unix(), 0)...), good}},
+		{"no undo array", []string{redistests.RespInts(append(allow, t0.Unix(), 0)...), good}},
 		{"undo too short", []string{rawUndoReply(allow, "*1\r\n$0\r\n\r\n"), good}},
 		{"undo holds an integer", []string{rawUndoReply(allow, "*2\r\n:0\r\n$0\r\n\r\n"), good}},
 		{"undo holds an array", []string{rawUndoReply(allow, "*2\r\n*0\r\n$0\r\n\r\n"), good}},
@@ -1089,12 +739,12 @@ func TestGarbageRepliesAcrossSlots(t *testing.T) {
 	}
 	t.Run("refund with undo", func(t *testing.T) {
 		refunds := st.Stats().Refunds
-		f.set([]string{good, undoReply(deny, tat, ""), respInts(1, 0, 1, 0, 0, 0, t0.Unix(), 0)}, "", "_\r\n")
+		f.set([]string{good, undoReply(deny, tat, ""), redistests.RespInts(1, 0, 1, 0, 0, 0, t0.Unix(), 0)}, "", "_\r\n")
 		tk := &core.Take{Cost: 1, Buckets: buckets, States: make([]core.BucketState, 2)}
 		if err := st.Take(context.Background(), tk); err != nil {
 			t.Fatal(err)
 		}
-		if allowed(tk) || !tk.States[0].Allowed || tk.States[0].Remaining != 1 || tk.States[1].Allowed {
+		if redistests.Allowed(tk) || !tk.States[0].Allowed || tk.States[0].Remaining != 1 || tk.States[1].Allowed {
 			t.Fatalf("Take = %+v, want denied by b, a refunded with 1 remaining", tk.States)
 		}
 		if st.Stats().Refunds != refunds+1 {
@@ -1126,22 +776,16 @@ func TestRefundRestoresExactly(t *testing.T) {
 		core.SlidingLog(5, time.Second),
 	} {
 		t.Run(l.Algorithm().String(), func(t *testing.T) {
-			ls := limits(t, l, core.TokenBucket(core.PerMinute(1), 1))
-			var id string
-			for i := 0; id == ""; i++ {
-				c := l.Algorithm().String() + strconv.Itoa(i)
-				if redisscript.Slot(st.Key("w", c)) != redisscript.Slot(st.Key("tb", c)) {
-					id = c
-				}
-			}
+			ls := redistests.Limits(t, l, core.TokenBucket(core.PerMinute(1), 1))
+			id := redistests.SplitID(st.Key, l.Algorithm().String(), "w", "tb")
 			w := core.Bucket{Rule: "w", Key: id, Limit: ls[0]}
 			tb := core.Bucket{Rule: "tb", Key: id, Limit: ls[1]}
 			var got [2][]core.BucketState
 			for i, s := range []core.Store{st, mem} {
-				take(t, s, t0.Add(1500*time.Millisecond), 1, w)
-				take(t, s, t0.Add(500*time.Millisecond), 1, tb)
-				multi := take(t, s, t0.Add(500*time.Millisecond), 1, w, tb) // back in time; tb denies
-				read := take(t, s, t0.Add(1500*time.Millisecond), 0, w)
+				redistests.Take(t, s, t0.Add(1500*time.Millisecond), 1, w)
+				redistests.Take(t, s, t0.Add(500*time.Millisecond), 1, tb)
+				multi := redistests.Take(t, s, t0.Add(500*time.Millisecond), 1, w, tb) // back in time; tb denies
+				read := redistests.Take(t, s, t0.Add(1500*time.Millisecond), 0, w)
 				got[i] = append(multi.States, read.States...)
 			}
 			if !slices.Equal(got[0], got[1]) {
@@ -1156,7 +800,7 @@ func TestRefundRestoresExactly(t *testing.T) {
 // the store failing.
 func TestContextDeadline(t *testing.T) {
 	client := newClient(t, standaloneOpt(sharedStandalone(t)))
-	b := core.Bucket{Rule: "r", Key: "u", Limit: limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]}
+	b := core.Bucket{Rule: "r", Key: "u", Limit: redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]}
 	for _, opts := range [][]rstore.Option{nil, {rstore.WithoutBatching()}, {rstore.WithLocalDenials()}} {
 		st := mustStore(t, client, opts...)
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))

@@ -1,4 +1,4 @@
-package goredis
+package redisstore
 
 import (
 	"strings"
@@ -13,7 +13,8 @@ const maxDenials = 100_000
 
 // denials remembers denied takes so that a repeat (the same buckets, the
 // same rules, the same cost) is denied without a round trip while the
-// denial provably still holds. It is safe for concurrent use.
+// denial provably still holds: the local denials of a store whose client
+// has no Cache (go-redis). It is safe for concurrent use.
 //
 // Why that is right: the request was sent at local time sent, and Redis
 // decided it at some later instant d. Each denying bucket then held fewer

@@ -1,38 +1,29 @@
 package goredis_test
 
 import (
-	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketry/ratelimit/adapters/goredis"
+	"github.com/bucketry/ratelimit/adapters/redistests"
 	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
-// prefixes gives every store of a test binary its own key space, so cases
-// sharing one server never see each other's buckets.
-var prefixes atomic.Int64
+// kit is the store, for the shared tests.
+var kit = redistests.Kit[redis.UniversalClient, goredis.Option, *goredis.Store]{New: goredis.New, Prefix: goredis.WithPrefix, Clock: goredis.WithClientClock, MinTTL: goredis.WithMinTTL, Unbatched: goredis.WithoutBatching, LocalDenials: goredis.WithLocalDenials}
 
-func newPrefix() string { return fmt.Sprintf("t%d", prefixes.Add(1)) }
+// mustStore returns a store on c with a prefix of its own, then opts.
+func mustStore(t testing.TB, c redis.UniversalClient, opts ...goredis.Option) *goredis.Store {
+	t.Helper()
+	return kit.Store(t, c, redistests.Options{}, opts...)
+}
 
+// harness builds every case's store on a client of its own from client.
 func harness(client func(t testing.TB) redis.UniversalClient, opts ...goredis.Option) conformance.StoreHarness {
-	return conformance.StoreHarness{
-		New: func(t testing.TB, clock core.Clock) core.Store {
-			// The suite's clock is not Redis's: keep keys for the whole run.
-			o := append([]goredis.Option{goredis.WithPrefix(newPrefix()), goredis.WithClientClock(clock), goredis.WithMinTTL(time.Hour)}, opts...)
-			s, err := goredis.New(client(t), o...)
-			if err != nil {
-				t.Fatalf("goredis.New: %v", err)
-			}
-			return s
-		},
-	}
+	return redistests.Harness(func(t testing.TB, o redistests.Options) core.Store { return kit.Store(t, client(t), o, opts...) })
 }
 
 func standaloneClient(srv *redistest.Server) func(t testing.TB) redis.UniversalClient {
@@ -92,5 +83,3 @@ func TestConformanceLocalDenials(t *testing.T) {
 	srv := redistest.Standalone(t)
 	conformance.RunStoreSuite(t, harness(standaloneClient(srv), goredis.WithLocalDenials()))
 }
-
-var _ = context.Background

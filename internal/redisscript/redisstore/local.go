@@ -1,4 +1,4 @@
-package rueidis
+package redisstore
 
 import (
 	"context"
@@ -9,13 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redisscript"
 )
 
-// The local denial cache. The package documentation states the argument;
+// Local denials from client-side cached state (WithLocalDenials on a Cache,
+// the rueidis store). The rueidis package documentation states the argument;
 // the comments here say which step each piece serves.
 //
 // A token bucket's stored value is its theoretical arrival time (TAT), a
@@ -359,6 +358,12 @@ func (c *local) lookup(keys []string, now time.Time, views []view) (time.Duratio
 	return max(ttl, minCacheTTL), true
 }
 
+// cachedArrays holds the values read for a take of up to cachedLen
+// buckets: a local denial need not allocate them.
+const cachedLen = 4
+
+var cachedArrays = sync.Pool{New: func() any { return new([cachedLen]Cached) }}
+
 // denyLocally decides t without the script when the buckets' state, read
 // through the client-side cache, proves that Redis would deny it. It
 // reports whether it did; on false the caller asks Redis. now is the time
@@ -411,17 +416,15 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	var one [1]rueidis.RedisResult
-	res := one[:]
-	if len(keys) == 1 {
-		res[0] = s.client.DoCache(ctx, s.client.B().Get().Key(keys[0]).Cache(), ttl)
+	var vals []Cached
+	if len(keys) <= cachedLen {
+		arr := cachedArrays.Get().(*[cachedLen]Cached)
+		defer func() { *arr = [cachedLen]Cached{}; cachedArrays.Put(arr) }()
+		vals = arr[:len(keys)]
 	} else {
-		multi := make([]rueidis.CacheableTTL, len(keys))
-		for i, k := range keys {
-			multi[i] = rueidis.CT(s.client.B().Get().Key(k).Cache(), ttl)
-		}
-		res = s.client.DoMultiCache(ctx, multi...)
+		vals = make([]Cached, len(keys))
 	}
+	s.cache.Get(ctx, keys, ttl, vals)
 	var tatArr [4]int64
 	tats := tatArr[:0]
 	if len(keys) > len(tatArr) {
@@ -430,14 +433,14 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 	tats = tats[:len(keys)]
 	hits := true
 	usable := true
-	for i := range res {
-		if res[i].IsCacheHit() {
-			s.hits.Add(1)
+	for i := range vals {
+		if vals[i].Hit {
+			s.n.hits.Add(1)
 		} else {
-			s.misses.Add(1)
+			s.n.misses.Add(1)
 			hits = false
 		}
-		v, ok, err := cachedTAT(res[i])
+		v, ok, err := cachedTAT(&vals[i])
 		if err != nil {
 			return false, err
 		}
@@ -481,39 +484,29 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 	}
 	t.At = time.Unix(0, at)
 	if hits {
-		s.denied.Add(1)
+		s.n.local.Add(1)
 	} else {
-		s.fetched.Add(1)
+		s.n.fetched.Add(1)
 	}
 	return true, nil
 }
 
 // cachedTAT parses a bucket's stored value as read through the cache: a
 // decimal Unix-ns TAT, or absent (0). ok is false for a value that is not a
-// token bucket's (the rule changed algorithm): Redis decides then. A reply
-// that is neither a string nor nil is an error wrapping
-// redisscript.ErrReply.
-func cachedTAT(res rueidis.RedisResult) (v int64, ok bool, err error) {
-	msg, err := res.ToMessage()
-	if err != nil {
-		if rueidis.IsRedisNil(err) {
-			return 0, true, nil
-		}
-		return 0, false, fmt.Errorf("ratelimit: redis: %w", err)
+// token bucket's (the rule changed algorithm): Redis decides then. A value
+// that is not a string is an error wrapping redisscript.ErrReply.
+func cachedTAT(c *Cached) (v int64, ok bool, err error) {
+	switch {
+	case c.Err != nil && errors.Is(c.Err, redisscript.ErrReply):
+		return 0, false, c.Err
+	case c.Err != nil:
+		return 0, false, fmt.Errorf("ratelimit: redis: %w", c.Err)
+	case c.Absent:
+		return 0, true, nil
 	}
-	if !msg.IsString() {
-		return 0, false, fmt.Errorf("%w: %w", redisscript.ErrReply, errNotString)
-	}
-	str, err := msg.ToString()
-	if err != nil {
-		return 0, false, fmt.Errorf("%w: %v", redisscript.ErrReply, err)
-	}
-	v, err = strconv.ParseInt(str, 10, 64)
+	v, err = strconv.ParseInt(c.Value, 10, 64)
 	if err != nil || v < 0 {
 		return 0, false, nil
 	}
 	return v, true, nil
 }
-
-// errNotString reports a cached bucket state that is not a string.
-var errNotString = errors.New("bucket state is not a string")

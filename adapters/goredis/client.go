@@ -1,0 +1,90 @@
+package goredis
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketry/ratelimit/internal/redisscript"
+	"github.com/bucketry/ratelimit/internal/redisscript/redisstore"
+)
+
+// goRedis is the go-redis side of a Store: the client calls, as
+// redisstore.Client. It is safe for concurrent use.
+type goRedis struct {
+	client  redis.UniversalClient
+	cluster bool
+}
+
+// Cluster reports whether client is a *redis.ClusterClient.
+func (g *goRedis) Cluster() bool { return g.cluster }
+
+// Del deletes key with DEL.
+func (g *goRedis) Del(ctx context.Context, key string) error { return g.client.Del(ctx, key).Err() }
+
+// Eval sends one call with EvalSha or Eval, several in a pipeline, which a
+// ClusterClient splits by node.
+func (g *goRedis) Eval(ctx context.Context, evals []*redisstore.Eval, full bool) {
+	if len(evals) == 1 {
+		read(g.eval(ctx, g.client, evals[0], full), evals[0])
+		return
+	}
+	pipe := g.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(evals))
+	for i, e := range evals {
+		cmds[i] = g.eval(ctx, pipe, e, full)
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	for i, e := range evals {
+		read(cmds[i], e)
+	}
+}
+
+func (g *goRedis) eval(ctx context.Context, c redis.Scripter, e *redisstore.Eval, full bool) *redis.Cmd {
+	if full {
+		return c.Eval(ctx, redisscript.Source(), e.Keys, e.Args...)
+	}
+	return c.EvalSha(ctx, redisscript.SHA(), e.Keys, e.Args...)
+}
+
+// read sets e's reply fields from cmd: an array of integers, optionally
+// ending in an array of strings (the undo values of a take with undo).
+func read(cmd *redis.Cmd, e *redisstore.Eval) {
+	e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, nil
+	v, err := cmd.Result()
+	switch {
+	case err == redis.Nil:
+		e.Err = fmt.Errorf("%w: %w", redisscript.ErrReply, err)
+		return
+	case err != nil:
+		e.Err, e.NoScript = err, redis.HasErrorPrefix(err, "NOSCRIPT")
+		return
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		e.Err = fmt.Errorf("%w: %T, want an array", redisscript.ErrReply, v)
+		return
+	}
+	if n := len(arr); n > 0 {
+		if u, ok := arr[n-1].([]any); ok {
+			undo := make([]string, len(u))
+			for i, x := range u {
+				if undo[i], ok = x.(string); !ok {
+					e.Err = fmt.Errorf("%w: undo value %d is %T, want a string", redisscript.ErrReply, i, x)
+					return
+				}
+			}
+			e.Undo, arr = undo, arr[:n-1]
+		}
+	}
+	ints := make([]int64, len(arr))
+	for i, x := range arr {
+		if ints[i], ok = x.(int64); !ok {
+			e.Err = fmt.Errorf("%w: element %d is %T, want an integer", redisscript.ErrReply, i, x)
+			e.Undo = nil
+			return
+		}
+	}
+	e.Ints = ints
+}

@@ -1,0 +1,342 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/internal/redisscript"
+)
+
+// Store is a core.Store on Redis through a Client; the stores of
+// adapters/goredis and adapters/rueidis wrap one. It is safe for concurrent
+// use.
+type Store struct {
+	client   Client
+	cluster  bool
+	keys     *redisscript.Keys
+	clock    core.Clock // nil: the Redis server's TIME
+	timeout  time.Duration
+	minTTL   time.Duration
+	denials  *denials              // remembered denials: WithLocalDenials on a client without Cache
+	cache    Cache                 // the client's, when local is set
+	local    *local                // denials from cached state: WithLocalDenials on a Cache
+	batchers *redisscript.Batchers // nil without batching
+
+	n struct {
+		remote, local, fetched, hits, misses, reloads, refunds atomic.Int64
+	}
+}
+
+// Open returns the store of package name (the adapter's, first in every
+// error) on client, configured by opts applied in order by apply. conn
+// makes the Client of client, and may report a problem with cfg.Fail; it is
+// not called for a nil client (IsNil). Open fails with an error joining
+// every problem, each wrapping core.ErrInvalidOption: a nil client, a nil
+// option (named by its position in opts, counted from 0), an invalid
+// setting.
+func Open[C any, O comparable](name string, client C, conn func(C, *Config) Client, opts []O, apply func(O, *Config)) (*Store, error) {
+	cfg := configure(name, opts, apply)
+	var c Client
+	if !IsNil(client) {
+		c = conn(client, &cfg)
+	}
+	return newStore(c, cfg)
+}
+
+// newStore returns a store on client configured by cfg. It fails with
+// every problem of cfg, and for a nil client.
+func newStore(client Client, cfg Config) (*Store, error) {
+	if client == nil {
+		cfg.Fail("nil client")
+	}
+	keys, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{client: client, cluster: client.Cluster(), keys: keys, clock: cfg.clock, timeout: cfg.timeout, minTTL: cfg.minTTL}
+	slots := 1
+	if s.cluster {
+		slots = 16384
+	}
+	if cfg.local {
+		if c, ok := client.(Cache); ok {
+			s.cache, s.local = c, newLocal(slots, cfg.localKeys)
+		} else {
+			s.denials = newDenials()
+		}
+	}
+	if !cfg.noBatch {
+		s.batchers = redisscript.NewBatchers(slots, s.send, s.timeout, s.minTTL)
+	}
+	return s, nil
+}
+
+// Stats counts how a Store's decisions were made. Every Take that passes
+// validation counts once in Remote, Local or Fetched.
+type Stats struct {
+	Remote      int64 // takes decided by the script in Redis
+	Local       int64 // takes denied locally, without a round trip
+	Fetched     int64 // takes denied from bucket state read from Redis (a cache miss): one GET, no script
+	CacheHits   int64 // bucket states read from the client-side cache
+	CacheMisses int64 // bucket states read from Redis
+	Reloads     int64 // scripts sent in full after NOSCRIPT
+	Refunds     int64 // Cluster slot groups given back after another group denied
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Remote:      s.n.remote.Load(),
+		Local:       s.n.local.Load(),
+		Fetched:     s.n.fetched.Load(),
+		CacheHits:   s.n.hits.Load(),
+		CacheMisses: s.n.misses.Load(),
+		Reloads:     s.n.reloads.Load(),
+		Refunds:     s.n.refunds.Load(),
+	}
+}
+
+// Key returns the Redis key of bucket (rule, id).
+func (s *Store) Key(rule, id string) string { return s.keys.Key(rule, id) }
+
+// Reset deletes bucket (rule, id), which is then full, and stops trusting
+// what local denials knew of it.
+func (s *Store) Reset(ctx context.Context, rule, id string) error {
+	if err := core.CheckKey(id); err != nil {
+		return err
+	}
+	key := s.keys.Key(rule, id)
+	sent := time.Now()
+	err := s.client.Del(ctx, key)
+	switch {
+	case s.local != nil:
+		// A delete makes the bucket full: tokens rise, which a copy cached
+		// before it does not show.
+		if err != nil {
+			s.local.forget([]string{key}, sent, time.Now())
+		} else {
+			s.local.observe(key, obs{lo: 0, hi: 0, sent: sent, recv: time.Now()}, true, 0, false)
+		}
+	case s.denials != nil && err == nil:
+		s.denials.forget(key)
+	}
+	if err != nil {
+		return fmt.Errorf("ratelimit: redis: %w", err)
+	}
+	return nil
+}
+
+// Take implements core.Store.
+func (s *Store) Take(ctx context.Context, t *core.Take) error {
+	if err := core.CheckTake(t); err != nil {
+		return err
+	}
+	t.At = time.Time{}
+	now := redisscript.NowArg(t.Now)
+	if now == "" && s.clock != nil {
+		now = redisscript.NowArg(s.clock.Now())
+	}
+	keys := make([]string, len(t.Buckets))
+	for i := range t.Buckets {
+		keys[i] = s.keys.Key(t.Buckets[i].Rule, t.Buckets[i].Key)
+	}
+	var sent time.Time
+	switch {
+	case s.denials != nil:
+		sent = s.localNow(t)
+		if s.denials.answer(keys, t, sent) {
+			s.n.local.Add(1)
+			return nil
+		}
+	case s.local != nil:
+		done, err := s.denyLocally(ctx, now, keys, t)
+		if err != nil || done {
+			return ctxErr(ctx, err)
+		}
+	}
+	s.n.remote.Add(1)
+	var err error
+	if slot, one := s.oneSlot(keys); one {
+		err = s.takeOne(ctx, now, slot, keys, t)
+	} else {
+		err = s.takeSlots(ctx, now, keys, t)
+	}
+	if err == nil && s.denials != nil {
+		s.denials.record(keys, t, sent, s.localNow(t))
+	}
+	return ctxErr(ctx, err)
+}
+
+// ctxErr makes an error that comes with the end of the caller's context say
+// so, whatever the client reported (go-redis turns a deadline into an i/o
+// timeout), so that the limiter does not count it as the store failing. A
+// deadline can pass before the context's own timer fires (the socket
+// deadline does): the deadline is checked too.
+func ctxErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	cerr := ctx.Err()
+	if cerr == nil {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			cerr = context.DeadlineExceeded
+		}
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
+}
+
+// localNow is the time remembered denials are measured with: the take's
+// explicit time or the client clock when set, else the monotonic clock.
+func (s *Store) localNow(t *core.Take) time.Time {
+	switch {
+	case !t.Now.IsZero():
+		return t.Now
+	case s.clock != nil:
+		return s.clock.Now()
+	}
+	return time.Now()
+}
+
+// oneSlot reports whether every key is in one hash slot (always outside
+// Cluster), and which.
+func (s *Store) oneSlot(keys []string) (int, bool) {
+	if !s.cluster {
+		return 0, true
+	}
+	slot := redisscript.Slot(keys[0])
+	for _, k := range keys[1:] {
+		if redisscript.Slot(k) != slot {
+			return 0, false
+		}
+	}
+	return slot, true
+}
+
+// slot returns the index of key's slot in per-slot tables.
+func (s *Store) slot(key string) int {
+	if !s.cluster {
+		return 0
+	}
+	return redisscript.Slot(key)
+}
+
+// takeOne decides a take whose buckets lie in one hash slot: in a batch, or
+// alone without batching.
+func (s *Store) takeOne(ctx context.Context, now string, slot int, keys []string, t *core.Take) error {
+	var sent time.Time
+	if s.local != nil {
+		sent = time.Now()
+	}
+	c := &redisscript.Call{Cost: t.Cost, Buckets: t.Buckets, Keys: keys, States: t.States}
+	var err error
+	if s.batchers != nil {
+		t.At, err = s.batchers.For(slot).Do(ctx, now, c)
+	} else {
+		t.At, err = s.direct(ctx, now, c)
+	}
+	if s.local != nil {
+		recv := time.Now()
+		if err != nil {
+			// The script may have run and taken: what this instance knew
+			// of these buckets may be out of date (never too low).
+			s.local.unknown(keys, sent, recv)
+		} else {
+			if now == "" {
+				s.local.setClock(slot, t.At, sent, recv)
+			}
+			s.local.record(keys, t, sent, recv)
+		}
+	}
+	return err
+}
+
+// direct sends one call alone.
+func (s *Store) direct(ctx context.Context, now string, c *redisscript.Call) (time.Time, error) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	var b redisscript.Builder
+	b.SetMinTTL(s.minTTL)
+	b.Reset(now, redisscript.ModeTake)
+	b.Add(c)
+	vals, err := s.send(ctx, b.Keys, b.Args)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return redisscript.Decode(vals, []*redisscript.Call{c})
+}
+
+// single is one script call as Client.Eval takes it, pooled: a call costs
+// a round trip, but its bookkeeping need not allocate.
+type single struct {
+	eval  Eval
+	evals [1]*Eval
+}
+
+var singles = sync.Pool{New: func() any {
+	s := new(single)
+	s.evals[0] = &s.eval
+	return s
+}}
+
+// send runs one script call and returns the reply's integers. It is the
+// Batchers' Sender.
+func (s *Store) send(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	one := singles.Get().(*single)
+	defer singles.Put(one)
+	e := &one.eval
+	*e = Eval{Keys: keys, Args: args}
+	s.run(ctx, one.evals[:])
+	vals, err := e.Ints, check(e, 0)
+	*e = Eval{} // keep nothing of the call alive in the pool
+	if err != nil {
+		return nil, err
+	}
+	return vals, nil
+}
+
+// run sends evals in one round trip, then again in full, in a second one,
+// those whose node lacked the script (NOSCRIPT: a restart, SCRIPT FLUSH or
+// failover). A script that is still missing is not sent a third time.
+func (s *Store) run(ctx context.Context, evals []*Eval) {
+	s.client.Eval(ctx, evals, false)
+	var again []*Eval
+	for _, e := range evals {
+		if e.NoScript {
+			again = append(again, e)
+		}
+	}
+	if len(again) > 0 {
+		s.n.reloads.Add(int64(len(again)))
+		s.client.Eval(ctx, again, true)
+	}
+}
+
+// check returns the error of e's reply: the client's, a malformed reply,
+// or undo values other than the two strings per bucket that a take with
+// undo on buckets buckets returns (0: a reply without undo values).
+func check(e *Eval, buckets int) error {
+	switch {
+	case e.Err != nil && errors.Is(e.Err, redisscript.ErrReply):
+		return e.Err
+	case e.Err != nil:
+		return fmt.Errorf("ratelimit: redis: %w", e.Err)
+	case buckets == 0 && e.Undo != nil:
+		return fmt.Errorf("%w: unexpected nested array", redisscript.ErrReply)
+	case buckets > 0 && e.Undo == nil:
+		return fmt.Errorf("%w: no undo values in a take with undo", redisscript.ErrReply)
+	case len(e.Undo) != 2*buckets:
+		return fmt.Errorf("%w: %d undo values for %d buckets", redisscript.ErrReply, len(e.Undo), buckets)
+	}
+	return nil
+}
