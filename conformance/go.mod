@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bucketry/ratelimit/core v0.0.0
+	github.com/bucketry/ratelimit/flow v0.0.0
 	github.com/bucketry/ratelimit/keyfuncs v0.0.0
 	go.uber.org/mock v0.6.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
@@ -20,3 +21,5 @@ require (
 replace github.com/bucketry/ratelimit/core => ../core
 
 replace github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
+
+replace github.com/bucketry/ratelimit/flow => ../flow

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
@@ -36,11 +37,11 @@ type GRPCHarness struct {
 	// limiter with the framework-neutral options opts, and the adapter's
 	// defaults otherwise. It fails t (t.Fatal) if they cannot be built.
 	// Required.
-	Interceptors func(t testing.TB, limiter *core.Limiter, opts []keyfuncs.Option) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor)
+	Interceptors func(t testing.TB, limiter *core.Limiter, opts []flow.Option) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor)
 	// PacedStream returns the stream server interceptor of limiter with
 	// opts and per-message pacing on, every received message costing 1
 	// token. Required: DESIGN.md section 7 asks every gRPC adapter for it.
-	PacedStream func(t testing.TB, limiter *core.Limiter, opts []keyfuncs.Option) grpc.StreamServerInterceptor
+	PacedStream func(t testing.TB, limiter *core.Limiter, opts []flow.Option) grpc.StreamServerInterceptor
 }
 
 // RunGRPCSuite runs the gRPC cases of DESIGN.md section 7 over the wire, each
@@ -210,7 +211,7 @@ func grpcStart(t *testing.T, unary grpc.UnaryServerInterceptor, stream grpc.Stre
 }
 
 // grpcStartWith starts a server with h's interceptors for limiter and opts.
-func grpcStartWith(t *testing.T, h GRPCHarness, l *core.Limiter, opts []keyfuncs.Option, dopts ...grpc.DialOption) *grpcServer {
+func grpcStartWith(t *testing.T, h GRPCHarness, l *core.Limiter, opts []flow.Option, dopts ...grpc.DialOption) *grpcServer {
 	t.Helper()
 	unary, stream := h.Interceptors(t, l, opts)
 	if unary == nil || stream == nil {
@@ -295,13 +296,13 @@ func grpcLimiterOn(t testing.TB, opts []core.Option, rules ...core.Rule) *core.L
 }
 
 // grpcUserKey keys the user scope by the x-user metadata.
-func grpcUserKey(t testing.TB) keyfuncs.Option {
+func grpcUserKey(t testing.TB) flow.Option {
 	t.Helper()
 	user, err := keyfuncs.Metadata("x-user")
 	if err != nil {
 		t.Fatalf("conformance: keyfuncs.Metadata: %v", err)
 	}
-	return keyfuncs.WithKey(core.ScopeUser, user)
+	return flow.WithKey(core.ScopeUser, user)
 }
 
 // grpcFields returns the rate-limit fields of md, and the pushback.
@@ -410,7 +411,7 @@ func grpcExpectDenial(t testing.TB, what string, r grpcReply, refill time.Durati
 // lower-case names, in its header metadata and runs its handler.
 func grpcTestAllowed(t *testing.T, h GRPCHarness) {
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 3)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t)})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
 	what := grpcCall(grpcUnary, "x-user", "alice")
 	r := s.call(grpcUnary, "x-user", "alice")
 	if !grpcExpectCode(t, what, r, codes.OK) {
@@ -440,7 +441,7 @@ func grpcTestDenied(t *testing.T, h GRPCHarness) {
 	// the bucket empties (core rounds its interval up to 333333334ns), a
 	// pushback of 334ms.
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(3), 2)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t)})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
 	for i := range 2 {
 		what := fmt.Sprintf("%s #%d", grpcCall(grpcUnary, "x-user", "alice"), i+1)
 		grpcExpectCode(t, what, s.call(grpcUnary, "x-user", "alice"), codes.OK)
@@ -470,7 +471,7 @@ func grpcTestMultiTier(t *testing.T, h GRPCHarness) {
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 2)},
 		core.Rule{Name: "per-method", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerSecond(1), 3)},
 	)
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t), keyfuncs.WithKey(core.ScopeEndpoint, keyfuncs.GRPCMethod())})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t), flow.WithKey(core.ScopeEndpoint, keyfuncs.GRPCMethod())})
 	policy := `"per-user";q=2;w=2, "per-method";q=3;w=3`
 	for i := range 2 {
 		what := fmt.Sprintf("%s #%d", grpcCall(grpcUnary, "x-user", "alice"), i+1)
@@ -509,7 +510,7 @@ func grpcTestMultiTier(t *testing.T, h GRPCHarness) {
 // grpcTestPerMethod: keyfuncs.GRPCMethod gives each method its own bucket.
 func grpcTestPerMethod(t *testing.T, h GRPCHarness) {
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-method", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{keyfuncs.WithKey(core.ScopeEndpoint, keyfuncs.GRPCMethod())})
+	s := grpcStartWith(t, h, l, []flow.Option{flow.WithKey(core.ScopeEndpoint, keyfuncs.GRPCMethod())})
 	for _, step := range []struct {
 		method string
 		want   codes.Code
@@ -530,7 +531,7 @@ func grpcTestPerMethod(t *testing.T, h GRPCHarness) {
 // user, and a call without the key skips the tier.
 func grpcTestMetadataKeys(t *testing.T, h GRPCHarness) {
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(1), 1)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t)})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
 	for _, step := range []struct {
 		kv   []string
 		want codes.Code
@@ -605,7 +606,7 @@ func (s *grpcServer) stream(msgs []string, kv ...string) grpcStreamReply {
 // and its handler never runs.
 func grpcTestStreamOpen(t *testing.T, h GRPCHarness) {
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 1)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t)})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
 	msgs := []string{"a", "b", "c"}
 	r := s.stream(msgs, "x-user", "alice")
 	if r.err != nil || !slices.Equal(r.echoes, msgs) {
@@ -641,7 +642,7 @@ func grpcTestStreamOpen(t *testing.T, h GRPCHarness) {
 // burst, and the 5 messages after them wait 20ms each, 100ms in all.
 func grpcTestPacing(t *testing.T, h GRPCHarness) {
 	l := grpcLimiterOn(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(50), 2)})
-	stream := h.PacedStream(t, l, []keyfuncs.Option{grpcUserKey(t)})
+	stream := h.PacedStream(t, l, []flow.Option{grpcUserKey(t)})
 	if stream == nil {
 		t.Fatal("conformance: GRPCHarness.PacedStream returned a nil interceptor")
 	}
@@ -674,7 +675,7 @@ func grpcTestStoreFailure(t *testing.T, h GRPCHarness) {
 	rule := core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 1)}
 	t.Run("FailOpen", func(t *testing.T) {
 		l := grpcLimiterOn(t, []core.Option{core.WithStore(grpcDownStore{}), core.WithFailureMode(core.FailOpen)}, rule)
-		s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t)})
+		s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
 		for i := range 2 {
 			what := fmt.Sprintf("%s #%d under FailOpen", grpcCall(grpcUnary, "x-user", "alice"), i+1)
 			grpcExpectCode(t, what, s.call(grpcUnary, "x-user", "alice"), codes.OK)
@@ -685,7 +686,7 @@ func grpcTestStoreFailure(t *testing.T, h GRPCHarness) {
 	})
 	t.Run("FailClosed", func(t *testing.T) {
 		l := grpcLimiterOn(t, []core.Option{core.WithStore(grpcDownStore{}), core.WithFailureMode(core.FailClosed)}, rule)
-		s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t)})
+		s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
 		what := grpcCall(grpcUnary, "x-user", "alice") + " under FailClosed"
 		r := s.call(grpcUnary, "x-user", "alice")
 		if grpcExpectCode(t, what, r, codes.Unavailable) {
@@ -780,7 +781,7 @@ func grpcTestClientRetry(t *testing.T, h GRPCHarness) {
 		defer mu.Unlock()
 		return decisions, slices.Clone(retry)
 	}
-	cost := keyfuncs.WithCost(func(r keyfuncs.Request) (int64, error) {
+	cost := flow.WithCost(func(r keyfuncs.Request) (int64, error) {
 		if vs := r.Values("x-cost"); len(vs) > 0 {
 			return strconv.ParseInt(vs[0], 10, 64)
 		}
@@ -788,7 +789,7 @@ func grpcTestClientRetry(t *testing.T, h GRPCHarness) {
 	})
 	// The real clock: the client must really wait.
 	l := grpcLimiterOn(t, []core.Option{observe}, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.Every(200*time.Millisecond), 1)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t), cost}, grpc.WithDefaultServiceConfig(grpcRetryConfig))
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t), cost}, grpc.WithDefaultServiceConfig(grpcRetryConfig))
 
 	t.Run("RetriesAfterPushback", func(t *testing.T) {
 		// The second call must come within 200ms of the first to be denied;
@@ -856,7 +857,7 @@ func grpcTestClientRetry(t *testing.T, h GRPCHarness) {
 // codes.InvalidArgument, and the handler does not run.
 func grpcTestBadInput(t *testing.T, h GRPCHarness) {
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 1)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t)})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
 	long := strings.Repeat("u", core.MaxKeyLen+1)
 	r := s.call(grpcUnary, "x-user", long)
 	grpcExpectCode(t, grpcCall(grpcUnary, "x-user", long), r, codes.InvalidArgument)
@@ -870,22 +871,22 @@ func grpcTestBadInput(t *testing.T, h GRPCHarness) {
 func grpcTestKeyError(t *testing.T, h GRPCHarness) {
 	tenant := core.Dimension("tenant")
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-tenant", Scope: tenant, Limit: core.TokenBucket(core.PerSecond(1), 10)})
-	failing := keyfuncs.WithKey(tenant, func(keyfuncs.Request) (string, error) {
+	failing := flow.WithKey(tenant, func(keyfuncs.Request) (string, error) {
 		return "", errors.New("conformance: tenant directory unreachable")
 	})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{failing})
+	s := grpcStartWith(t, h, l, []flow.Option{failing})
 	grpcExpectCode(t, grpcCall(grpcUnary)+" with a failing key function", s.call(grpcUnary), codes.Internal)
 	if n := s.echo.unary.Load(); n != 0 {
 		t.Errorf("handler ran %d times, want 0", n)
 	}
 }
 
-// grpcTestSkip: a call that keyfuncs.WithSkip exempts gets no decision and
+// grpcTestSkip: a call that flow.WithSkip exempts gets no decision and
 // no fields, and takes no token.
 func grpcTestSkip(t *testing.T, h GRPCHarness) {
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 1)})
-	skip := keyfuncs.WithSkip(func(r keyfuncs.Request) bool { return len(r.Values("x-internal")) > 0 })
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t), skip})
+	skip := flow.WithSkip(func(r keyfuncs.Request) bool { return len(r.Values("x-internal")) > 0 })
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t), skip})
 	internal := []string{"x-user", "alice", "x-internal", "1"}
 	for i := range 3 {
 		what := fmt.Sprintf("%s #%d", grpcCall(grpcUnary, internal...), i+1)
@@ -899,11 +900,11 @@ func grpcTestSkip(t *testing.T, h GRPCHarness) {
 	grpcExpectCode(t, what+" #2 after 3 skipped", s.call(grpcUnary, "x-user", "alice"), codes.ResourceExhausted)
 }
 
-// grpcTestHeadersOnAllowOff: keyfuncs.WithHeadersOnAllow(false) leaves the
+// grpcTestHeadersOnAllowOff: flow.WithHeadersOnAllow(false) leaves the
 // fields out of allowed calls, and a denial still carries them.
 func grpcTestHeadersOnAllowOff(t *testing.T, h GRPCHarness) {
 	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 1)})
-	s := grpcStartWith(t, h, l, []keyfuncs.Option{grpcUserKey(t), keyfuncs.WithHeadersOnAllow(false)})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t), flow.WithHeadersOnAllow(false)})
 	what := grpcCall(grpcUnary, "x-user", "alice")
 	r := s.call(grpcUnary, "x-user", "alice")
 	if grpcExpectCode(t, what+" #1", r, codes.OK) {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/mock/gomock"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
@@ -56,9 +57,9 @@ type HTTPRoute struct {
 	// its own middleware over it.
 	Limiter *core.Limiter
 	// Options are the middleware's framework-neutral options, to be passed
-	// as they are (nethttp.WithOptions(Options...)), before the options
-	// the fields below ask for.
-	Options []keyfuncs.Option
+	// as they are to the adapter's constructor, before the options the
+	// fields below ask for.
+	Options []flow.Option
 	// NativeUserHeader, when not empty, asks for a native key function for
 	// core.ScopeUser, given with the framework's own option
 	// (WithKeyFunc(core.ScopeUser, fn)): fn reads the framework's request
@@ -611,7 +612,7 @@ func httpTestHeadersOnAllowOff(f *httpFixture) {
 	t := f.t
 	var calls httpCounter
 	f.serve(HTTPRoute{Method: "GET", Pattern: "/quiet", Handler: calls.inc,
-		Options: []keyfuncs.Option{keyfuncs.WithHeadersOnAllow(false)},
+		Options: []flow.Option{flow.WithHeadersOnAllow(false)},
 		Limiter: f.limiter(core.Rule{Name: "api", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(6), 2)})})
 	for range 2 {
 		c := f.get("/quiet")
@@ -746,7 +747,7 @@ func httpTestKeyFunctions(f *httpFixture) {
 	var a, b httpCounter
 	f.serve(
 		HTTPRoute{Method: "GET", Pattern: "/neutral", Handler: a.inc, Limiter: f.limiter(perUser),
-			Options: []keyfuncs.Option{keyfuncs.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User"))}},
+			Options: []flow.Option{flow.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User"))}},
 		HTTPRoute{Method: "GET", Pattern: "/native", Handler: b.inc, Limiter: f.limiter(perUser),
 			NativeUserHeader: "X-Account"},
 	)
@@ -776,7 +777,7 @@ func httpTestSkip(f *httpFixture) {
 	var calls httpCounter
 	f.serve(HTTPRoute{Method: "GET", Pattern: "/skip", Handler: calls.inc,
 		Limiter: f.limiter(core.Rule{Name: "api", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 1)}),
-		Options: []keyfuncs.Option{keyfuncs.WithSkip(func(r keyfuncs.Request) bool { return len(r.Values("X-Internal")) > 0 })},
+		Options: []flow.Option{flow.WithSkip(func(r keyfuncs.Request) bool { return len(r.Values("X-Internal")) > 0 })},
 	})
 	for range 3 {
 		c := f.get("/skip", "X-Internal", "1")
@@ -802,7 +803,7 @@ func httpTestCost(f *httpFixture) {
 	var calls httpCounter
 	f.serve(HTTPRoute{Method: "GET", Pattern: "/cost", Handler: calls.inc,
 		Limiter: f.limiter(core.Rule{Name: "api", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 10)}),
-		Options: []keyfuncs.Option{keyfuncs.WithCost(httpCostHeader)},
+		Options: []flow.Option{flow.WithCost(httpCostHeader)},
 	})
 	allowed := []struct {
 		cost, remaining string
@@ -848,7 +849,7 @@ func httpTestPlans(f *httpFixture) {
 			core.Rule{Name: "free", Scope: core.ScopeIP, Plan: "free", Limit: core.TokenBucket(core.PerHour(1), 2)},
 			core.Rule{Name: "pro", Scope: core.ScopeIP, Plan: "pro", Limit: core.TokenBucket(core.PerHour(10), 5)},
 		),
-		Options: []keyfuncs.Option{keyfuncs.WithPlan(httpHeaderKey(t, "X-Plan"))},
+		Options: []flow.Option{flow.WithPlan(httpHeaderKey(t, "X-Plan"))},
 	})
 	c := f.get("/plans", "X-Plan", "free")
 	c.wantOK(t)
@@ -882,7 +883,7 @@ func httpTestMultiTier(f *httpFixture) {
 			core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(6), 2)},
 			core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerSecond(1), 100)},
 		),
-		Options: []keyfuncs.Option{keyfuncs.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User"))},
+		Options: []flow.Option{flow.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User"))},
 	})
 	const policy = `"per-ip";q=5;w=300, "per-user";q=2;w=20, "global";q=100;w=100`
 	steps := []struct {
@@ -1069,7 +1070,7 @@ func httpTestForwardedTrusted(f *httpFixture) {
 	var calls httpCounter
 	f.serve(HTTPRoute{Method: "GET", Pattern: "/proxied", Handler: calls.inc,
 		Limiter: f.limiter(core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 1)}),
-		Options: []keyfuncs.Option{keyfuncs.WithKey(core.ScopeIP, ip)},
+		Options: []flow.Option{flow.WithKey(core.ScopeIP, ip)},
 	})
 	f.get("/proxied", "X-Forwarded-For", "203.0.113.1").wantOK(t)
 	f.get("/proxied", "X-Forwarded-For", "203.0.113.2").wantOK(t)
@@ -1099,9 +1100,9 @@ func httpTestKeyErrors(f *httpFixture) {
 	var broken, long httpCounter
 	f.serve(
 		HTTPRoute{Method: "GET", Pattern: "/broken", Handler: broken.inc, Limiter: f.limiter(perUser),
-			Options: []keyfuncs.Option{keyfuncs.WithKey(core.ScopeUser, httpFailingKey)}},
+			Options: []flow.Option{flow.WithKey(core.ScopeUser, httpFailingKey)}},
 		HTTPRoute{Method: "GET", Pattern: "/long", Handler: long.inc, Limiter: f.limiter(perUser),
-			Options: []keyfuncs.Option{keyfuncs.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User"))}},
+			Options: []flow.Option{flow.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User"))}},
 	)
 	tooLong := strings.Repeat("u", core.MaxKeyLen+1)
 	for _, s := range []struct {
@@ -1144,7 +1145,7 @@ func httpTestCustomError(f *httpFixture) {
 	var calls httpCounter
 	f.serve(
 		HTTPRoute{Method: "GET", Pattern: "/broken", Handler: calls.inc, Limiter: f.limiter(perUser), ErrorResponse: answer,
-			Options: []keyfuncs.Option{keyfuncs.WithKey(core.ScopeUser, httpFailingKey)}},
+			Options: []flow.Option{flow.WithKey(core.ScopeUser, httpFailingKey)}},
 		HTTPRoute{Method: "GET", Pattern: "/long", Handler: calls.inc, Limiter: f.limiter(perUser), ErrorResponse: answer,
 			NativeUserHeader: "X-User"},
 	)

@@ -7,6 +7,7 @@ require (
 	github.com/bucketry/ratelimit/adapters/rueidis v0.0.0
 	github.com/bucketry/ratelimit/core v0.0.0
 	github.com/bucketry/ratelimit/fiber v0.0.0
+	github.com/bucketry/ratelimit/flow v0.0.0
 	github.com/bucketry/ratelimit/gin v0.0.0
 	github.com/bucketry/ratelimit/grpcinterceptor v0.0.0
 	github.com/bucketry/ratelimit/internal/redistest v0.0.0
@@ -70,6 +71,7 @@ replace (
 	github.com/bucketry/ratelimit/conformance => ../conformance
 	github.com/bucketry/ratelimit/core => ../core
 	github.com/bucketry/ratelimit/fiber => ../fiber
+	github.com/bucketry/ratelimit/flow => ../flow
 	github.com/bucketry/ratelimit/gin => ../gin
 	github.com/bucketry/ratelimit/grpcinterceptor => ../grpcinterceptor
 	github.com/bucketry/ratelimit/internal/redisscript => ../internal/redisscript

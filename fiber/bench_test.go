@@ -13,6 +13,7 @@ import (
 
 	"github.com/bucketry/ratelimit/core"
 	fiberlimit "github.com/bucketry/ratelimit/fiber"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 )
 
 // benchCtx is a request as fasthttp hands it to the app's handler, from
@@ -53,22 +54,18 @@ func serveOnce(h fasthttp.RequestHandler, ctx *fasthttp.RequestCtx) int {
 //
 // Parallel runs give each goroutine its own client address and RequestCtx.
 func BenchmarkMiddleware(b *testing.B) {
-	lots := core.TokenBucket(core.PerSecond(1<<20), 1<<30)
-	rules := []core.Rule{
-		{Name: "per-ip", Scope: core.ScopeIP, Limit: lots},
-		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lots},
-	}
-	allow, err := fiberlimit.New(newLimiter(b, rules...))
+	rules := flowtest.BenchRules()
+	allow, err := fiberlimit.New(flowtest.Limiter(b, rules...))
 	if err != nil {
 		b.Fatal(err)
 	}
-	deny, err := fiberlimit.New(newLimiter(b,
+	deny, err := fiberlimit.New(flowtest.Limiter(b,
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerDay(1), 1)},
 	))
 	if err != nil {
 		b.Fatal(err)
 	}
-	bareLimiter := newLimiter(b, rules...)
+	bareLimiter := flowtest.Limiter(b, rules...)
 	limiterOnly := func(c *fiber.Ctx) error {
 		ip := c.Context().RemoteIP().String()
 		d, err := bareLimiter.Allow(c.UserContext(), core.Request{IP: ip, Endpoint: "GET /items/:id"})

@@ -46,23 +46,25 @@
 // handlers; a HEAD request is keyed "HEAD /items/:id", a bucket of its own.
 // (net/http's ServeMux serves HEAD from the GET pattern, so there HEAD
 // counts against "GET /items/{id}".) To count both against one bucket, key
-// the endpoint scope with WithKey(core.ScopeEndpoint, keyfuncs.Route()),
-// the template alone.
+// the endpoint scope with flow.WithKey(core.ScopeEndpoint,
+// keyfuncs.Route()), the template alone.
 //
 // # Keys
 //
 // By default the ip scope is keyed by the TCP peer, c.Context().RemoteAddr()
 // (no proxy is trusted, so a forged X-Forwarded-For changes nothing; fiber's
 // own ProxyHeader and trusted-proxy settings are not consulted), and the
-// endpoint scope by the route template. WithKey sets a scope's key function
-// from package keyfuncs (keyfuncs.ClientIP with trusted proxies,
+// endpoint scope by the route template. flow.WithKey sets a scope's key
+// function from package keyfuncs (keyfuncs.ClientIP with trusted proxies,
 // keyfuncs.Header, keyfuncs.APIKey, keyfuncs.FromContext over
 // c.UserContext(), ...), which work in every adapter; WithKeyFunc takes a
 // native func(*fiber.Ctx) (string, error) instead, for values such as
-// c.Locals set by an authentication middleware. WithPlan, WithCost and
-// WithSkip select the plan, price requests and exempt them. WithOptions
-// passes keyfuncs options as they are, so that the net/http, gin, fiber and
-// gRPC middleware of one service share one option list.
+// c.Locals set by an authentication middleware. flow.WithPlan,
+// flow.WithCost and flow.WithSkip select the plan, price requests and
+// exempt them. Those options are package flow's, so the net/http, gin,
+// fiber and gRPC middleware of one service share one option list; an
+// option of another adapter (a gin deny handler, say) is an error from
+// New.
 //
 // fasthttp reuses a connection's buffers for its next request, and fiber's
 // strings alias them unless the app is Immutable. Keys outlive the request
@@ -75,8 +77,12 @@
 //
 // An allowed response carries X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset (Unix seconds), RateLimit-Policy and RateLimit, as
-// core.HeaderFormat documents (WithHeaderFormat, WithHeadersOnAllow), set
-// with fasthttp's Header.Set before the next handler runs. A denied request
+// core.HeaderFormat documents (flow.WithHeaderFormat,
+// flow.WithHeadersOnAllow), set with fasthttp's Header.Set before the next
+// handler runs. The default format is core.NewHeaderFormat(), names as
+// specified; fasthttp normalizes them ("X-Ratelimit-Limit") unless the app
+// sets DisableHeaderNormalizing, whatever the format's NameCase, and field
+// names are case-insensitive (RFC 9110 section 5.1). A denied request
 // gets the same fields with Retry-After (whole seconds, rounded up) and
 // Cache-Control: no-store, status 429 and an application/problem+json body
 // of type https://iana.org/assignments/http-problem-types#quota-exceeded
@@ -98,8 +104,9 @@
 // a request's context when the client disconnects, so a shaping tier's
 // delay (core.Shaping) is waited out in full unless the app bounds it,
 // for example with fiber's timeout.NewWithContext around the middleware; a
-// context that ends is returned to fiber as its own error (the timeout
-// middleware answers 408).
+// context that ends is returned to fiber as its own error
+// (context.DeadlineExceeded or context.Canceled, nothing of the limiter's;
+// the timeout middleware answers 408), or given to the error handler.
 //
 // # Cost
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bucketry/ratelimit/core"
 	fiberlimit "github.com/bucketry/ratelimit/fiber"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
@@ -127,7 +128,7 @@ func ExampleWithKeyFunc() {
 			}
 			return "", keyfuncs.ErrNotApplicable // anonymous: no per-user tier
 		}),
-		fiberlimit.WithOptions(keyfuncs.WithPlan(plan)),
+		flow.WithPlan(plan),
 	)
 	if err != nil {
 		log.Fatal(err)

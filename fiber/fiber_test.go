@@ -18,202 +18,13 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/timeout"
 	"github.com/valyala/fasthttp"
 
-	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
 	fiberlimit "github.com/bucketry/ratelimit/fiber"
+	"github.com/bucketry/ratelimit/fiber/internal/fibertest"
+	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
-
-// trackingListener reports when the server first calls Accept, and keeps
-// the connections it accepts. fasthttp registers the listener before it
-// calls Accept, so from then on app.Shutdown closes it; shutting down
-// before would leave Serve running.
-type trackingListener struct {
-	net.Listener
-	once  sync.Once
-	ready chan struct{}
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func (l *trackingListener) Accept() (net.Conn, error) {
-	l.once.Do(func() { close(l.ready) })
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.mu.Lock()
-		l.conns = append(l.conns, c)
-		l.mu.Unlock()
-	}
-	return c, err
-}
-
-// closeConns closes every connection accepted. fasthttp marks a new
-// connection active before it has read a byte, and Shutdown waits for
-// active connections: a client's spare connection that never carries a
-// request (net/http's Transport dials some under concurrency) would hold
-// it up until the client closes it, after this server's cleanup.
-func (l *trackingListener) closeConns() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, c := range l.conns {
-		c.Close() // already closed by the server or client: no matter
-	}
-}
-
-// serveApp serves app on a fresh loopback port until the test ends, and
-// returns its base URL. It fails t if the server cannot start or stops
-// with an error.
-func serveApp(t testing.TB, app *fiber.App) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen on 127.0.0.1:0: %v", err)
-	}
-	tl := &trackingListener{Listener: ln, ready: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() { done <- app.Listener(tl) }()
-	select {
-	case <-tl.ready:
-	case err := <-done:
-		t.Fatalf("fiber app.Listener: %v", err)
-	case <-time.After(10 * time.Second):
-		ln.Close()
-		t.Fatal("fiber app.Listener did not start accepting within 10s")
-	}
-	t.Cleanup(func() {
-		// The test's requests are over: cut every connection, then stop.
-		tl.closeConns()
-		if err := app.ShutdownWithTimeout(10 * time.Second); err != nil {
-			t.Errorf("fiber app.Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("fiber app.Listener: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String()
-}
-
-// newApp returns an app that prints nothing at startup.
-func newApp(cfg ...fiber.Config) *fiber.App {
-	c := fiber.Config{}
-	if len(cfg) > 0 {
-		c = cfg[0]
-	}
-	c.DisableStartupMessage = true
-	return fiber.New(c)
-}
-
-// serveFiber is the conformance harness: a fiber app on a real loopback
-// listener, each route registered at rt.Method and rt.ColonPattern() with
-// its own middleware in front of its handler. Paths no route matches get
-// fiber's 404.
-func serveFiber(t testing.TB, routes []conformance.HTTPRoute) string {
-	t.Helper()
-	app := newApp()
-	for _, rt := range routes {
-		opts := []fiberlimit.Option{fiberlimit.WithOptions(rt.Options...)}
-		if h := rt.NativeUserHeader; h != "" {
-			opts = append(opts, fiberlimit.WithKeyFunc(core.ScopeUser, func(c *fiber.Ctx) (string, error) {
-				if v := c.Get(h); v != "" {
-					return v, nil // aliases fasthttp's buffer: the middleware copies it
-				}
-				return "", keyfuncs.ErrNotApplicable
-			}))
-		}
-		if answer := rt.DenyResponse; answer != nil {
-			opts = append(opts, fiberlimit.WithDenyHandler(func(c *fiber.Ctx, d *core.Decision) error {
-				status, body := answer(d)
-				c.Set(fiber.HeaderContentType, "text/plain; charset=utf-8")
-				return c.Status(status).SendString(body)
-			}))
-		}
-		if answer := rt.ErrorResponse; answer != nil {
-			opts = append(opts, fiberlimit.WithErrorHandler(func(c *fiber.Ctx, err error) error {
-				status, body := answer(err)
-				c.Set(fiber.HeaderContentType, "text/plain; charset=utf-8")
-				return c.Status(status).SendString(body)
-			}))
-		}
-		mw, err := fiberlimit.New(rt.Limiter, opts...)
-		if err != nil {
-			t.Fatalf("fiberlimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
-		}
-		next := rt.Handler
-		app.Add(rt.Method, rt.ColonPattern(), mw, func(c *fiber.Ctx) error {
-			if next != nil {
-				next()
-			}
-			return c.SendString("ok")
-		})
-	}
-	return serveApp(t, app)
-}
-
-func TestConformance(t *testing.T) {
-	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveFiber})
-}
-
-func newLimiter(t testing.TB, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	return newLimiterWith(t, nil, rules...)
-}
-
-func newLimiterWith(t testing.TB, opts []core.Option, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := core.NewLimiter(p, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(1), 1)}
-
-func TestNewRejects(t *testing.T) {
-	l := newLimiter(t, perUser)
-	user := fiberlimit.WithKeyFunc(core.ScopeUser, func(*fiber.Ctx) (string, error) { return "u", nil })
-	format, err := core.NewHeaderFormat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		l    *core.Limiter
-		opts []fiberlimit.Option
-		in   string // in the message
-	}{
-		{"nil limiter", nil, []fiberlimit.Option{user}, "nil limiter"},
-		{"nil option", l, []fiberlimit.Option{user, nil}, "option 1 is nil"},
-		{"nil shared option", l, []fiberlimit.Option{user, fiberlimit.WithOptions(nil)}, "WithOptions: option 0 is nil"},
-		{"no key for a rule", l, nil, `rule "per-user" limits scope "user"`},
-		{"nil native key", l, []fiberlimit.Option{fiberlimit.WithKeyFunc(core.ScopeUser, nil)}, "WithKeyFunc"},
-		{"nil key", l, []fiberlimit.Option{fiberlimit.WithKey(core.ScopeUser, nil)}, "nil key function"},
-		{"scope twice", l, []fiberlimit.Option{user, fiberlimit.WithKey(core.ScopeUser, keyfuncs.Route())}, "given twice"},
-		{"global key", l, []fiberlimit.Option{user, fiberlimit.WithKeyFunc(core.ScopeGlobal, func(*fiber.Ctx) (string, error) { return "", nil })}, "want user, ip, endpoint"},
-		{"nil plan", l, []fiberlimit.Option{user, fiberlimit.WithPlan(nil)}, "WithPlan"},
-		{"nil cost", l, []fiberlimit.Option{user, fiberlimit.WithCost(nil)}, "WithCost"},
-		{"nil skip", l, []fiberlimit.Option{user, fiberlimit.WithSkip(nil)}, "WithSkip"},
-		{"nil format", l, []fiberlimit.Option{user, fiberlimit.WithHeaderFormat(nil)}, "WithHeaderFormat"},
-		{"nil deny handler", l, []fiberlimit.Option{user, fiberlimit.WithDenyHandler(nil)}, "WithDenyHandler"},
-		{"nil error handler", l, []fiberlimit.Option{user, fiberlimit.WithErrorHandler(nil)}, "WithErrorHandler"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h, err := fiberlimit.New(tc.l, tc.opts...)
-			if h != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
-				t.Fatalf("New = %p, %v; want nil and ErrInvalidOption mentioning %q", h, err, tc.in)
-			}
-		})
-	}
-	// The same options, valid, build.
-	if _, err := fiberlimit.New(l, user, fiberlimit.WithHeaderFormat(format), fiberlimit.WithHeadersOnAllow(false)); err != nil {
-		t.Fatalf("New with valid options: %v", err)
-	}
-}
 
 // recordingStore is a core.Store that keeps every key it is given, as a
 // store that batches or caches keys would, without copying them, in front
@@ -299,7 +110,7 @@ func TestKeysOutliveRequest(t *testing.T) {
 		name string
 		opt  fiberlimit.Option
 	}{
-		{"neutral", fiberlimit.WithKey(core.ScopeUser, header)},
+		{"neutral", flow.WithKey(core.ScopeUser, header)},
 		{"native", fiberlimit.WithKeyFunc(core.ScopeUser, func(c *fiber.Ctx) (string, error) {
 			if v := c.Get("X-User"); v != "" {
 				return v, nil
@@ -313,14 +124,14 @@ func TestKeysOutliveRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			store := &recordingStore{next: mem}
-			l := newLimiterWith(t, []core.Option{core.WithStore(store)}, rule)
+			l := flowtest.LimiterWith(t, []core.Option{core.WithStore(store)}, rule)
 			mw, err := fiberlimit.New(l, tc.opt)
 			if err != nil {
 				t.Fatal(err)
 			}
-			app := newApp()
+			app := fibertest.NewApp()
 			app.Get("/k", mw, func(c *fiber.Ctx) error { return c.SendString("ok") })
-			c := dial(t, serveApp(t, app))
+			c := dial(t, fibertest.Serve(t, app))
 
 			// Same length, so that each value overwrites the last in place.
 			users := []string{"alice-0001", "bobby-0002", "carol-0003"}
@@ -408,7 +219,7 @@ func TestUseRoute(t *testing.T) {
 	)
 	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
 	var endpoints []string
-	recordEndpoint := fiberlimit.WithKey(core.ScopeEndpoint, func(r keyfuncs.Request) (string, error) {
+	recordEndpoint := flow.WithKey(core.ScopeEndpoint, func(r keyfuncs.Request) (string, error) {
 		k, err := keyfuncs.Endpoint()(r)
 		endpoints = append(endpoints, fmt.Sprintf("%q %v", k, err))
 		return k, err
@@ -431,11 +242,11 @@ func TestUseRoute(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			endpoints = nil
-			mw, err := fiberlimit.New(newLimiter(t, rules...), recordEndpoint)
+			mw, err := fiberlimit.New(flowtest.Limiter(t, rules...), recordEndpoint)
 			if err != nil {
 				t.Fatal(err)
 			}
-			app := newApp()
+			app := fibertest.NewApp()
 			tc.setup(app, mw)
 			resp, body := appGet(t, app, tc.path)
 			if resp.StatusCode != http.StatusOK || body != "ok" {
@@ -452,11 +263,11 @@ func TestUseRoute(t *testing.T) {
 	// Under app.Use, a path no route matches still passes the middleware
 	// (and takes a per-ip token) before fiber's 404; it gets no endpoint
 	// bucket.
-	mw, err := fiberlimit.New(newLimiter(t, rules...))
+	mw, err := fiberlimit.New(flowtest.Limiter(t, rules...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := newApp()
+	app := fibertest.NewApp()
 	app.Use(mw)
 	app.Get("/items/:id", ok)
 	resp, _ := appGet(t, app, "/nowhere")
@@ -474,7 +285,7 @@ func TestRequestView(t *testing.T) {
 	for _, disable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("DisableHeaderNormalizing=%v", disable), func(t *testing.T) {
 			var got []string
-			probe := fiberlimit.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
+			probe := flow.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
 				got = append(got,
 					fmt.Sprintf("values %q", r.Values("X-Multi")),
 					fmt.Sprintf("lower %q", r.Values("x-multi")),
@@ -489,16 +300,16 @@ func TestRequestView(t *testing.T) {
 				}
 				return "u", nil
 			})
-			mw, err := fiberlimit.New(newLimiter(t, perUser), probe)
+			mw, err := fiberlimit.New(flowtest.Limiter(t, flowtest.PerUser), probe)
 			if err != nil {
 				t.Fatal(err)
 			}
-			app := newApp(fiber.Config{DisableHeaderNormalizing: disable, RequestMethods: append(fiber.DefaultMethods[:len(fiber.DefaultMethods):len(fiber.DefaultMethods)], "PURGE")})
+			app := fibertest.NewApp(fiber.Config{DisableHeaderNormalizing: disable, RequestMethods: append(fiber.DefaultMethods[:len(fiber.DefaultMethods):len(fiber.DefaultMethods)], "PURGE")})
 			app.Add("PURGE", "/v/:id", func(c *fiber.Ctx) error {
 				c.SetUserContext(context.WithValue(c.UserContext(), ctxKey{}, "from-auth"))
 				return c.Next()
 			}, mw, func(c *fiber.Ctx) error { return c.SendString("ok") })
-			c := dial(t, serveApp(t, app))
+			c := dial(t, fibertest.Serve(t, app))
 			if _, err := io.WriteString(c.c, "PURGE /v/7 HTTP/1.1\r\nHost: test\r\nX-Multi: a, b\r\nx-multi: c\r\nX-MULTI: \r\n\r\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -541,12 +352,12 @@ func TestDenyHandlerStatus(t *testing.T) {
 		{"error", func(*fiber.Ctx, *core.Decision) error { return errDenied }, 418, "from the app"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLimiter(t, core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerMinute(1), 1)})
+			l := flowtest.Limiter(t, core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerMinute(1), 1)})
 			mw, err := fiberlimit.New(l, fiberlimit.WithDenyHandler(tc.deny))
 			if err != nil {
 				t.Fatal(err)
 			}
-			app := newApp(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
+			app := fibertest.NewApp(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
 				if !errors.Is(err, errDenied) {
 					t.Errorf("app ErrorHandler got %v, want the deny handler's error", err)
 				}
@@ -605,14 +416,14 @@ func TestContextEnded(t *testing.T) {
 		})}, false, 499},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mw, err := fiberlimit.New(newLimiter(t, shaping), tc.opts...)
+			mw, err := fiberlimit.New(flowtest.Limiter(t, shaping), tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tc.timeout {
 				mw = timeout.NewWithContext(mw, time.Hour)
 			}
-			app := newApp()
+			app := fibertest.NewApp()
 			calls := 0
 			app.Get("/", expire, mw, func(c *fiber.Ctx) error { calls++; return nil })
 			if resp, _ := appGet(t, app, "/"); resp.StatusCode != http.StatusOK {
@@ -644,11 +455,11 @@ func TestDefaultErrors(t *testing.T) {
 		{"key too long", func(*fiber.Ctx) (string, error) { return long, nil }, 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mw, err := fiberlimit.New(newLimiter(t, perUser), fiberlimit.WithKeyFunc(core.ScopeUser, tc.key))
+			mw, err := fiberlimit.New(flowtest.Limiter(t, flowtest.PerUser), fiberlimit.WithKeyFunc(core.ScopeUser, tc.key))
 			if err != nil {
 				t.Fatal(err)
 			}
-			app := newApp(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
+			app := fibertest.NewApp(fiber.Config{ErrorHandler: func(c *fiber.Ctx, err error) error {
 				t.Errorf("app ErrorHandler called with %v", err)
 				return fiber.DefaultErrorHandler(c, err)
 			}})
@@ -676,14 +487,14 @@ func TestRemoteAddr(t *testing.T) {
 		&net.UnixAddr{Name: "@", Net: "unix"},
 	} {
 		var got string
-		mw, err := fiberlimit.New(newLimiter(t, perUser), fiberlimit.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
+		mw, err := fiberlimit.New(flowtest.Limiter(t, flowtest.PerUser), flow.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
 			got = r.RemoteAddr()
 			return "u", nil
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		app := newApp()
+		app := fibertest.NewApp()
 		app.Get("/", mw, func(c *fiber.Ctx) error { return nil })
 		var req fasthttp.Request
 		req.SetRequestURI("/")
@@ -708,14 +519,14 @@ func FuzzValues(f *testing.F) {
 			name = "x-multi"
 		}
 		var got []string
-		mw, err := fiberlimit.New(newLimiter(t, perUser), fiberlimit.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
+		mw, err := fiberlimit.New(flowtest.Limiter(t, flowtest.PerUser), flow.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
 			got = r.Values(name)
 			return "u", nil
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		app := newApp()
+		app := fibertest.NewApp()
 		app.Get("/", mw, func(c *fiber.Ctx) error { return nil })
 		h := app.Handler()
 		var req fasthttp.Request
@@ -740,5 +551,14 @@ func FuzzValues(f *testing.F) {
 		if !equal(keep, want) {
 			t.Fatalf("after the next request, the first request's Values = %q, want %q", keep, want)
 		}
+	})
+}
+
+func TestNewRejects(t *testing.T) {
+	flowtest.CheckConstructor(t, flowtest.Constructor{
+		Adapter: "fiberlimit",
+		New:     flowtest.ErrorOf(fiberlimit.New),
+		UserKey: fiberlimit.WithKeyFunc(core.ScopeUser, func(*fiber.Ctx) (string, error) { return "u", nil }),
+		Invalid: flowtest.NilOptions(fiberlimit.WithKeyFunc(core.ScopeUser, nil), fiberlimit.WithDenyHandler(nil), fiberlimit.WithErrorHandler(nil)),
 	})
 }

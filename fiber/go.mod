@@ -3,8 +3,8 @@ module github.com/bucketry/ratelimit/fiber
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/conformance v0.0.0
 	github.com/bucketry/ratelimit/core v0.0.0
+	github.com/bucketry/ratelimit/flow v0.0.0
 	github.com/bucketry/ratelimit/keyfuncs v0.0.0
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/valyala/fasthttp v1.51.0
@@ -22,17 +22,11 @@ require (
 	github.com/tinylib/msgp v1.2.5 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/tcplisten v1.0.0 // indirect
-	go.uber.org/mock v0.6.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
-	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
-	github.com/bucketry/ratelimit/conformance => ../conformance
 	github.com/bucketry/ratelimit/core => ../core
+	github.com/bucketry/ratelimit/flow => ../flow
 	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
 )

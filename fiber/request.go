@@ -207,3 +207,7 @@ func equalFold(k []byte, name string) bool {
 	}
 	return true
 }
+
+// Native returns the Ctx, for key functions given with WithKeyFunc, which
+// copies the key they return.
+func (v request) Native() *fiber.Ctx { return v.c }

@@ -1,213 +1,205 @@
-package keyfuncs
+package flow
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/textproto"
+	"sync"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
-// Middleware is the framework-neutral part of a rate-limit middleware: it
-// turns a Request into a core.Request and a cost with key functions, asks a
-// core.Limiter, waits out a shaping delay, and formats what the client
-// sees. The framework adapters (nethttp, gin, fiber, grpcinterceptor) build
-// one from their options, so an option means the same in every framework,
-// and only translate: none holds policy of its own. A Middleware is
-// immutable and safe for concurrent use.
-type Middleware struct {
+// Engine is the middleware of one framework adapter: it turns a request
+// view into a core.Request and a cost with key functions, asks a
+// core.Limiter, waits out a shaping delay, and says what the adapter does
+// next as an Outcome, with the header fields and problem body to send. An
+// Engine is immutable and safe for concurrent use.
+type Engine struct {
 	limiter *core.Limiter
-	keys    []scopedFunc
-	plan    Func
-	cost    func(Request) (int64, error)
-	skip    func(Request) bool
-	format  *core.HeaderFormat
-	onAllow bool
+	settings
+	bodies sync.Pool // *[]byte, for problem bodies
 }
 
 type scopedFunc struct {
 	scope core.Scope
 	dim   string // the Dimension's name, for custom scopes
-	fn    Func
+	fn    keyfuncs.Func
 }
 
-// Option configures a Middleware. Adapters re-export these options under
-// the same names.
-type Option interface{ apply(*config) }
-
-type config struct {
-	keys    []scopedFunc
-	plan    Func
-	cost    func(Request) (int64, error)
-	skip    func(Request) bool
-	format  *core.HeaderFormat
-	onAllow bool
-	errs    []error
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
-
-// WithKey sets the key function of scope: core.ScopeUser, core.ScopeIP,
-// core.ScopeEndpoint or a core.Dimension. Without it, ScopeIP is keyed by
-// ClientIP() (the TCP peer: no proxy is trusted), ScopeEndpoint by Endpoint()
-// (the route template, or the gRPC method), and the other scopes are not
-// keyed, so their rules do not apply. core.ScopeGlobal needs no key.
-func WithKey(scope core.Scope, fn Func) Option {
-	return optionFunc(func(c *config) {
-		switch {
-		case fn == nil:
-			c.errs = append(c.errs, fmt.Errorf("%w: WithKey(%q): nil key function", ErrInvalidOption, scope))
-		case !scope.Valid() || scope == core.ScopeGlobal:
-			c.errs = append(c.errs, fmt.Errorf("%w: WithKey(%q): want user, ip, endpoint or a core.Dimension", ErrInvalidOption, scope))
-		default:
-			dim, _ := scope.Dimension()
-			c.keys = append(c.keys, scopedFunc{scope: scope, dim: dim, fn: fn})
+// New returns the Engine of the adapter named adapter ("nethttp",
+// "ginlimit", ...) over limiter, with the adapter's defaults and then the
+// caller's opts applied in order, so that opts replace the defaults (a
+// header format, say). It fails with
+// an error wrapping core.ErrInvalidOption for a nil limiter, a nil or
+// invalid option, an option of another adapter (see Native), two key
+// functions for one scope, or an enabled rule of the limiter's policy whose
+// scope has no key function (its tier would silently never apply). Errors
+// name an option by its position in opts.
+func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Option) (*Engine, error) {
+	cfg := config{adapter: adapter, settings: settings{onAllow: true}}
+	for _, o := range defaults {
+		o.apply(&cfg)
+	}
+	for i, o := range opts {
+		if o == nil {
+			cfg.fail("%s: option %d is nil", adapter, i)
+			continue
 		}
-	})
-}
-
-// WithPlan sets the function that reads the caller's plan ("free", "pro"),
-// which selects the rules that apply. ErrNotApplicable means no plan: only
-// the rules for every plan apply. Without it no request has a plan.
-func WithPlan(fn Func) Option {
-	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithPlan: nil function", ErrInvalidOption))
-		}
-		c.plan = fn
-	})
-}
-
-// WithCost sets the function that prices a request in tokens (0 reads
-// without consuming). Without it every request costs 1.
-func WithCost(fn func(Request) (int64, error)) Option {
-	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithCost: nil function", ErrInvalidOption))
-		}
-		c.cost = fn
-	})
-}
-
-// WithSkip sets a function that exempts requests from limiting: when it
-// returns true the request proceeds without a decision or headers.
-func WithSkip(fn func(Request) bool) Option {
-	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithSkip: nil function", ErrInvalidOption))
-		}
-		c.skip = fn
-	})
-}
-
-// WithHeaderFormat sets which header fields are sent and how (see
-// core.NewHeaderFormat). The default is core.NewHeaderFormat().
-func WithHeaderFormat(f *core.HeaderFormat) Option {
-	return optionFunc(func(c *config) {
-		if f == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithHeaderFormat: nil format", ErrInvalidOption))
-		}
-		c.format = f
-	})
-}
-
-// WithHeadersOnAllow says whether allowed responses carry the rate-limit
-// fields too (denials always do). The default is true.
-func WithHeadersOnAllow(on bool) Option {
-	return optionFunc(func(c *config) { c.onAllow = on })
-}
-
-// NewMiddleware returns the Middleware of limiter with opts. It fails with
-// an error wrapping ErrInvalidOption for a nil limiter, an invalid option,
-// two key functions for one scope, or a rule of the limiter's policy whose
-// scope has no key function (its tier would silently never apply).
-func NewMiddleware(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
-	cfg := config{onAllow: true}
-	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	if limiter == nil {
-		cfg.errs = append(cfg.errs, fmt.Errorf("%w: nil limiter", ErrInvalidOption))
+		cfg.fail("%s: nil limiter", adapter)
 	}
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
-	m := &Middleware{limiter: limiter, plan: cfg.plan, cost: cfg.cost, skip: cfg.skip, format: cfg.format, onAllow: cfg.onAllow}
+	e := &Engine{limiter: limiter, settings: cfg.settings}
 	seen := map[core.Scope]bool{}
-	for _, k := range cfg.keys {
+	for _, k := range e.keys {
 		if seen[k.scope] {
-			return nil, fmt.Errorf("%w: WithKey(%q) given twice", ErrInvalidOption, k.scope)
+			return nil, fmt.Errorf("%w: %s: a key function for scope %q given twice", core.ErrInvalidOption, adapter, k.scope)
 		}
 		seen[k.scope] = true
-		m.keys = append(m.keys, k)
 	}
 	if !seen[core.ScopeIP] {
-		ip, err := ClientIP()
+		ip, err := keyfuncs.ClientIP()
 		if err != nil {
 			return nil, err
 		}
-		m.keys = append(m.keys, scopedFunc{scope: core.ScopeIP, fn: ip})
+		e.keys = append(e.keys, scopedFunc{scope: core.ScopeIP, fn: ip})
 		seen[core.ScopeIP] = true
 	}
 	if !seen[core.ScopeEndpoint] {
-		m.keys = append(m.keys, scopedFunc{scope: core.ScopeEndpoint, fn: Endpoint()})
+		e.keys = append(e.keys, scopedFunc{scope: core.ScopeEndpoint, fn: keyfuncs.Endpoint()})
 		seen[core.ScopeEndpoint] = true
 	}
 	for _, r := range limiter.Policy().Rules() {
 		if r.Scope != core.ScopeGlobal && !seen[r.Scope] && !r.Disabled {
-			return nil, fmt.Errorf("%w: rule %q limits scope %q, which has no key function: add WithKey(%q, ...)", ErrInvalidOption, r.Name, r.Scope, r.Scope)
+			return nil, fmt.Errorf("%w: %s: rule %q limits scope %q, which has no key function: add flow.WithKey(%q, ...)", core.ErrInvalidOption, adapter, r.Name, r.Scope, r.Scope)
 		}
 	}
-	if m.format == nil {
+	if e.format == nil {
 		f, err := core.NewHeaderFormat()
 		if err != nil {
 			return nil, err
 		}
-		m.format = f
+		e.format = f
 	}
-	return m, nil
+	e.bodies.New = func() any {
+		b := make([]byte, 0, 512)
+		return &b
+	}
+	return e, nil
+}
+
+// Outcome is what an adapter does with a request once the Engine has
+// checked it. Its zero value is not an outcome Check returns.
+type Outcome uint8
+
+const (
+	// Proceed: the request is allowed. Write the header fields (Headers)
+	// and call the next handler.
+	Proceed Outcome = iota + 1
+	// Skipped: the request is exempt (WithSkip). Call the next handler,
+	// with no header fields.
+	Skipped
+	// Denied: a tier denied the request. Write the header fields and the
+	// denial: 429 Too Many Requests with a problem body (WriteProblem), or
+	// gRPC ResourceExhausted.
+	Denied
+	// Unavailable: the store failed and the limiter fails closed. Write the
+	// header fields (Retry-After) and the denial: 503 Service Unavailable
+	// with a problem body, or gRPC Unavailable.
+	Unavailable
+	// BadInput: the client sent what no configuration can accept (a key too
+	// long or with control characters, a negative cost, no usable client
+	// address). Result.Err says what; 400 Bad Request or gRPC
+	// InvalidArgument.
+	BadInput
+	// Failed: the request could not be decided (a key, plan or cost
+	// function failed, or the limiter returned an error). Result.Err says
+	// why; 500 Internal Server Error or gRPC Internal.
+	Failed
+	// ClientGone: the request's context ended before the decision, or
+	// while it waited out a shaping delay. Write nothing: nobody is there.
+	ClientGone
+)
+
+// String returns the outcome's name in lower case ("proceed", "denied").
+func (o Outcome) String() string {
+	switch o {
+	case Proceed:
+		return "proceed"
+	case Skipped:
+		return "skipped"
+	case Denied:
+		return "denied"
+	case Unavailable:
+		return "unavailable"
+	case BadInput:
+		return "bad input"
+	case Failed:
+		return "failed"
+	case ClientGone:
+		return "client gone"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// HTTPStatus returns the HTTP status of an outcome that answers the
+// request: 429, 503, 400 or 500; and 0 for Proceed, Skipped and ClientGone,
+// which do not.
+func (o Outcome) HTTPStatus() int {
+	switch o {
+	case Denied:
+		return http.StatusTooManyRequests
+	case Unavailable:
+		return http.StatusServiceUnavailable
+	case BadInput:
+		return http.StatusBadRequest
+	case Failed:
+		return http.StatusInternalServerError
+	}
+	return 0
 }
 
 // Result is what Check decided for one request.
 type Result struct {
-	// Decision is the limiter's decision; zero when Skipped or Err is set
-	// before the limiter was asked.
+	// Outcome says what the adapter does next.
+	Outcome Outcome
+	// Decision is the limiter's decision; zero when the limiter was not
+	// asked (Skipped, and BadInput, Failed or ClientGone before it).
 	Decision core.Decision
-	// Proceed says whether the next handler runs.
-	Proceed bool
-	// Skipped says the request was exempt (WithSkip): no headers.
-	Skipped bool
-	// Err, when set, is a request error for the adapter's error handler: a
-	// key, plan or cost function failed, the input is invalid (too long a
-	// key, a negative cost), or the request's context ended. Proceed is
-	// false. A store failure is not an Err: it is a Decision with
-	// core.ReasonUnavailable (FailClosed), or a degraded allowed one.
+	// Err is set for BadInput, Failed and ClientGone: why the request
+	// could not be decided. It may name keys, rules or a store address, so
+	// the default responses never show it to the client.
 	Err error
 }
 
 // Check decides r: skip, keys, plan and cost, the limiter, and a shaping
-// delay, which it waits out (returning the context's error if the request
-// ends first).
-func (m *Middleware) Check(r Request) Result {
-	if m.skip != nil && m.skip(r) {
-		return Result{Proceed: true, Skipped: true}
+// delay, which it waits out (ClientGone when the request's context ends
+// first). It never panics on a request: a key function's error or an
+// invalid key or cost is a Result with Err.
+func (e *Engine) Check(r keyfuncs.Request) Result {
+	if e.skip != nil && e.skip(r) {
+		return Result{Outcome: Skipped}
 	}
 	var req core.Request
-	for _, k := range m.keys {
+	for _, k := range e.keys {
 		v, err := k.fn(r)
-		if errors.Is(err, ErrNotApplicable) {
+		if errors.Is(err, keyfuncs.ErrNotApplicable) {
 			continue
 		}
 		if err != nil {
-			return Result{Err: fmt.Errorf("ratelimit: %s key: %w", k.scope, err)}
+			return failed(fmt.Errorf("ratelimit: %s key: %w", k.scope, err))
 		}
 		if v == "" {
-			return Result{Err: fmt.Errorf("ratelimit: %s key: %w: empty key (return keyfuncs.ErrNotApplicable when the tier does not apply)", k.scope, core.ErrInvalidKey)}
+			return failed(fmt.Errorf("ratelimit: %s key: %w: empty key (return keyfuncs.ErrNotApplicable when the tier does not apply)", k.scope, core.ErrInvalidKey))
 		}
 		switch k.scope {
 		case core.ScopeUser:
@@ -220,68 +212,78 @@ func (m *Middleware) Check(r Request) Result {
 			req.Dims = append(req.Dims, core.Dim{Name: k.dim, Value: v})
 		}
 	}
-	if m.plan != nil {
-		p, err := m.plan(r)
+	if e.plan != nil {
+		p, err := e.plan(r)
 		switch {
-		case errors.Is(err, ErrNotApplicable):
+		case errors.Is(err, keyfuncs.ErrNotApplicable):
 		case err != nil:
-			return Result{Err: fmt.Errorf("ratelimit: plan: %w", err)}
+			return failed(fmt.Errorf("ratelimit: plan: %w", err))
 		default:
 			req.Plan = p
 		}
 	}
 	cost := int64(1)
-	if m.cost != nil {
-		c, err := m.cost(r)
+	if e.cost != nil {
+		c, err := e.cost(r)
 		if err != nil {
-			return Result{Err: fmt.Errorf("ratelimit: cost: %w", err)}
+			return failed(fmt.Errorf("ratelimit: cost: %w", err))
 		}
 		cost = c
 	}
 	ctx := r.Context()
-	d, err := m.limiter.AllowN(ctx, req, cost)
+	d, err := e.limiter.AllowN(ctx, req, cost)
 	if err != nil {
 		if errors.Is(err, core.ErrUnavailable) {
 			// Fail closed: a denial (503), not a request error.
-			return Result{Decision: d}
+			return Result{Outcome: Unavailable, Decision: d}
 		}
-		return Result{Decision: d, Err: err}
+		res := failed(err)
+		res.Decision = d
+		return res
 	}
-	if d.Allowed && d.Delay > 0 {
+	if !d.Allowed {
+		return Result{Outcome: Denied, Decision: d}
+	}
+	if d.Delay > 0 {
 		t := time.NewTimer(d.Delay)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return Result{Decision: d, Err: ctx.Err()}
+			return Result{Outcome: ClientGone, Decision: d, Err: ctx.Err()}
 		}
 	}
-	return Result{Decision: d, Proceed: d.Allowed}
+	return Result{Outcome: Proceed, Decision: d}
+}
+
+// failed classifies a request error: BadInput for input the client
+// controls and no configuration makes valid, ClientGone when the request's
+// context ended, and Failed otherwise.
+func failed(err error) Result {
+	switch {
+	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost), errors.Is(err, keyfuncs.ErrNoAddress):
+		return Result{Outcome: BadInput, Err: err}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Result{Outcome: ClientGone, Err: err}
+	}
+	return Result{Outcome: Failed, Err: err}
 }
 
 // Headers calls set for each rate-limit header field of res: every field
-// on a denial, and on an allowed request unless WithHeadersOnAllow(false).
-// Nothing for a skipped request or a request no rule applied to.
-func (m *Middleware) Headers(res *Result, set func(name, value string)) {
-	if res.Skipped || res.Err != nil || (res.Proceed && !m.onAllow) {
+// for Denied and Unavailable, and for Proceed unless
+// WithHeadersOnAllow(false). Nothing for the other outcomes, or for a
+// request no rule applied to.
+func (e *Engine) Headers(res *Result, set func(name, value string)) {
+	switch res.Outcome {
+	case Proceed:
+		if !e.onAllow {
+			return
+		}
+	case Denied, Unavailable:
+	default:
 		return
 	}
-	m.format.Headers(&res.Decision, set)
-}
-
-// ErrorStatus returns the HTTP status for a Result's Err: 400 for input the
-// client controls and no configuration makes valid (a key too long or with
-// control characters, no usable client address), 0 when the request's
-// context ended (the client is gone: write nothing), and 500 otherwise (a
-// key, plan or cost function failed).
-func (m *Middleware) ErrorStatus(err error) int {
-	switch {
-	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost), errors.Is(err, ErrNoAddress):
-		return 400
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return 0
-	}
-	return 500
+	e.format.Headers(&res.Decision, set)
 }
 
 // maxHeaders is how many fields SetHTTPHeaders gathers before storing
@@ -289,18 +291,17 @@ func (m *Middleware) ErrorStatus(err error) int {
 const maxHeaders = 8
 
 // SetHTTPHeaders stores res's rate-limit header fields in h, as Headers
-// reports them, replacing earlier values: the net/http and gin adapters
-// write through it. The values share one backing array, one allocation for
-// all of them; each is capped at length 1, so appending to one cannot
-// clobber the next. Names are canonicalized, which allocates nothing for
-// names already canonical (core.NamesCanonical).
-func (m *Middleware) SetHTTPHeaders(h http.Header, res *Result) {
+// reports them, replacing earlier values. The values share one backing
+// array, one allocation for all of them; each is capped at length 1, so
+// appending to one cannot clobber the next. Names are canonicalized, which
+// allocates nothing for names already canonical (core.NamesCanonical).
+func (e *Engine) SetHTTPHeaders(h http.Header, res *Result) {
 	var (
 		names [maxHeaders]string
 		vals  [maxHeaders]string
 		n     int
 	)
-	m.Headers(res, func(name, value string) {
+	e.Headers(res, func(name, value string) {
 		if n == len(names) {
 			h.Set(name, value) // not reached with today's formats
 			return
@@ -318,16 +319,38 @@ func (m *Middleware) SetHTTPHeaders(h http.Header, res *Result) {
 	}
 }
 
-// Denial returns the status, content type and body of the default response
-// to a request that may not proceed: 429 with a problem+json quota-exceeded
-// body, or 503 when the store failed under FailClosed. The body is appended
-// to dst.
-func (m *Middleware) Denial(dst []byte, res *Result) (status int, contentType string, body []byte) {
-	return m.format.Status(&res.Decision), core.ContentTypeProblem, m.format.AppendProblem(dst, &res.Decision)
+// ContentTypeProblem is the media type of the bodies WriteProblem writes
+// (RFC 9457).
+const ContentTypeProblem = core.ContentTypeProblem
+
+// maxPooledBody is the largest problem-body buffer kept for reuse.
+const maxPooledBody = 16 << 10
+
+// WriteProblem writes to w the application/problem+json body of a Denied
+// or Unavailable res (see core.HeaderFormat.AppendProblem), from a pooled
+// buffer: w must not keep the slice it is given past Write, as io.Writer
+// requires. The adapter sets the status (Outcome.HTTPStatus) and the
+// Content-Type (ContentTypeProblem) first. It returns w's error, which
+// means the client is gone.
+func (e *Engine) WriteProblem(w io.Writer, res *Result) error {
+	bp := e.bodies.Get().(*[]byte)
+	body := e.format.AppendProblem((*bp)[:0], &res.Decision)
+	_, err := w.Write(body)
+	if cap(body) <= maxPooledBody {
+		*bp = body[:0]
+		e.bodies.Put(bp)
+	}
+	return err
 }
 
 // Format returns the header format in use.
-func (m *Middleware) Format() *core.HeaderFormat { return m.format }
+func (e *Engine) Format() *core.HeaderFormat { return e.format }
 
 // Limiter returns the limiter.
-func (m *Middleware) Limiter() *core.Limiter { return m.limiter }
+func (e *Engine) Limiter() *core.Limiter { return e.limiter }
+
+// Native returns the value of the adapter's own setting name, given with a
+// Native option, or nil when none was given. Adapters read their settings
+// (a deny handler of the framework's type, say) once, in their
+// constructor.
+func (e *Engine) Native(name string) any { return e.native[name] }

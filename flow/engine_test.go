@@ -1,6 +1,7 @@
-package keyfuncs
+package flow
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
 func flowLimiter(t *testing.T, opts []core.Option, rules ...core.Rule) *core.Limiter {
@@ -28,12 +30,12 @@ var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.Tok
 
 type ctxUser struct{}
 
-func userRequest(user string) Static {
+func userRequest(user string) keyfuncs.Static {
 	ctx := context.Background()
 	if user != "" {
 		ctx = context.WithValue(ctx, ctxUser{}, user)
 	}
-	return Static{Ctx: ctx, HTTPMethod: "GET", RouteTemplate: "/items/:id", Peer: "192.0.2.1:1234"}
+	return keyfuncs.Static{Ctx: ctx, HTTPMethod: "GET", RouteTemplate: "/items/:id", Peer: "192.0.2.1:1234"}
 }
 
 func TestNewMiddlewareRejects(t *testing.T) {
@@ -58,17 +60,17 @@ func TestNewMiddlewareRejects(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := NewMiddleware(tc.l, tc.opts...)
+			m, err := New(tc.l, "test", nil, tc.opts...)
 			if m != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
-				t.Fatalf("NewMiddleware = %v, %v; want ErrInvalidOption mentioning %q", m, err, tc.in)
+				t.Fatalf("New = %v, %v; want ErrInvalidOption mentioning %q", m, err, tc.in)
 			}
 		})
 	}
 }
 
-func FromContextMust(t *testing.T, key any) Func {
+func FromContextMust(t *testing.T, key any) keyfuncs.Func {
 	t.Helper()
-	f, err := FromContext(key)
+	f, err := keyfuncs.FromContext(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,42 +85,42 @@ func TestCheck(t *testing.T) {
 		core.Rule{Name: "per-tenant", Scope: core.Dimension("tenant"), Limit: core.TokenBucket(core.PerMinute(1), 100)},
 		core.Rule{Name: "pro-only", Scope: core.ScopeGlobal, Plan: "pro", Limit: core.TokenBucket(core.PerMinute(1), 1)},
 	)
-	tenant, _ := Header("X-Tenant")
-	m, err := NewMiddleware(l,
+	tenant, _ := keyfuncs.Header("X-Tenant")
+	m, err := New(l, "test", nil,
 		WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})),
 		WithKey(core.Dimension("tenant"), tenant),
-		WithPlan(func(r Request) (string, error) {
+		WithPlan(func(r keyfuncs.Request) (string, error) {
 			if v := r.Values("X-Plan"); len(v) > 0 {
 				return v[0], nil
 			}
-			return "", ErrNotApplicable
+			return "", keyfuncs.ErrNotApplicable
 		}),
-		WithCost(func(r Request) (int64, error) {
+		WithCost(func(r keyfuncs.Request) (int64, error) {
 			if len(r.Values("X-Expensive")) > 0 {
 				return 2, nil
 			}
 			return 1, nil
 		}),
-		WithSkip(func(r Request) bool { return len(r.Values("X-Internal")) > 0 }),
+		WithSkip(func(r keyfuncs.Request) bool { return len(r.Values("X-Internal")) > 0 }),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	alice := userRequest("alice")
 	res := m.Check(alice)
-	if !res.Proceed || res.Err != nil || len(res.Decision.Tiers()) != 3 {
+	if res.Outcome != Proceed || res.Err != nil || len(res.Decision.Tiers()) != 3 {
 		t.Fatalf("alice: %+v; want allowed by user, ip and endpoint tiers", res)
 	}
 	res = m.Check(alice)
-	if !res.Proceed || res.Decision.Rule != "per-user" || res.Decision.Remaining != 0 {
+	if res.Outcome != Proceed || res.Decision.Rule != "per-user" || res.Decision.Remaining != 0 {
 		t.Fatalf("alice again: %+v", res.Decision)
 	}
-	if res = m.Check(alice); res.Proceed || res.Decision.Rule != "per-user" {
+	if res = m.Check(alice); res.Outcome == Proceed || res.Decision.Rule != "per-user" {
 		t.Fatalf("alice third: %+v, want denied by per-user", res.Decision)
 	}
 	// Anonymous: the per-user tier does not apply; per-ip has 1 left.
 	anon := userRequest("")
-	if res = m.Check(anon); !res.Proceed || res.Decision.Rule != "per-ip" || res.Decision.Remaining != 0 {
+	if res = m.Check(anon); res.Outcome != Proceed || res.Decision.Rule != "per-ip" || res.Decision.Remaining != 0 {
 		t.Fatalf("anonymous: %+v, want allowed by per-ip with 0 left", res.Decision)
 	}
 	// Skipped requests get no decision and no headers.
@@ -127,24 +129,24 @@ func TestCheck(t *testing.T) {
 	res = m.Check(skipped)
 	headers := 0
 	m.Headers(&res, func(string, string) { headers++ })
-	if !res.Proceed || !res.Skipped || headers != 0 {
+	if res.Outcome != Skipped || headers != 0 {
 		t.Fatalf("skipped: %+v, %d headers", res, headers)
 	}
 	// A dimension and a plan.
 	pro := userRequest("bob")
 	pro.Peer = "192.0.2.2:1"
 	pro.Header = map[string][]string{"X-Tenant": {"acme"}, "X-Plan": {"pro"}}
-	if res = m.Check(pro); !res.Proceed || len(res.Decision.Tiers()) != 5 {
+	if res = m.Check(pro); res.Outcome != Proceed || len(res.Decision.Tiers()) != 5 {
 		t.Fatalf("pro with tenant: %+v, want 5 tiers", res.Decision)
 	}
-	if res = m.Check(pro); res.Proceed || res.Decision.Rule != "pro-only" {
+	if res = m.Check(pro); res.Outcome == Proceed || res.Decision.Rule != "pro-only" {
 		t.Fatalf("pro again: %+v, want denied by pro-only", res.Decision)
 	}
 	// Cost.
 	exp := userRequest("carol")
 	exp.Peer = "192.0.2.3:1"
 	exp.Header = map[string][]string{"X-Expensive": {"1"}}
-	if res = m.Check(exp); !res.Proceed || res.Decision.Cost != 2 || res.Decision.Remaining != 0 {
+	if res = m.Check(exp); res.Outcome != Proceed || res.Decision.Cost != 2 || res.Decision.Remaining != 0 {
 		t.Fatalf("cost 2: %+v", res.Decision)
 	}
 }
@@ -153,29 +155,26 @@ func TestCheckErrors(t *testing.T) {
 	l := flowLimiter(t, nil, perUser)
 	boom := errors.New("boom")
 	for _, tc := range []struct {
-		name   string
-		opts   []Option
-		req    Request
-		status int
+		name string
+		opts []Option
+		req  keyfuncs.Request
+		want Outcome
 	}{
-		{"key function fails", []Option{WithKey(core.ScopeUser, func(Request) (string, error) { return "", boom })}, userRequest("a"), 500},
-		{"empty key", []Option{WithKey(core.ScopeUser, func(Request) (string, error) { return "", nil })}, userRequest("a"), 400},
-		{"key too long", []Option{WithKey(core.ScopeUser, func(Request) (string, error) { return strings.Repeat("x", core.MaxKeyLen+1), nil })}, userRequest("a"), 400},
-		{"negative cost", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithCost(func(Request) (int64, error) { return -1, nil })}, userRequest("a"), 400},
-		{"plan fails", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithPlan(func(Request) (string, error) { return "", boom })}, userRequest("a"), 500},
-		{"no client address", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, Static{Peer: "@unix"}, 400},
+		{"key function fails", []Option{WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), Failed},
+		{"empty key", []Option{WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", nil })}, userRequest("a"), BadInput},
+		{"key too long", []Option{WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return strings.Repeat("x", core.MaxKeyLen+1), nil })}, userRequest("a"), BadInput},
+		{"negative cost", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithCost(func(keyfuncs.Request) (int64, error) { return -1, nil })}, userRequest("a"), BadInput},
+		{"plan fails", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithPlan(func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), Failed},
+		{"no client address", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, keyfuncs.Static{Peer: "@unix"}, BadInput},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := NewMiddleware(l, tc.opts...)
+			m, err := New(l, "test", nil, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			res := m.Check(tc.req)
-			if res.Err == nil || res.Proceed {
-				t.Fatalf("Check = %+v, want an error", res)
-			}
-			if got := m.ErrorStatus(res.Err); got != tc.status {
-				t.Fatalf("ErrorStatus(%v) = %d, want %d", res.Err, got, tc.status)
+			if res.Err == nil || res.Outcome != tc.want {
+				t.Fatalf("Check = %+v, want %v with an error", res, tc.want)
 			}
 		})
 	}
@@ -187,30 +186,34 @@ func (downStore) Take(context.Context, *core.Take) error { return errors.New("co
 
 func TestCheckFailClosed(t *testing.T) {
 	l := flowLimiter(t, []core.Option{core.WithStore(downStore{}), core.WithFailureMode(core.FailClosed)}, perUser)
-	m, err := NewMiddleware(l, WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})))
+	m, err := New(l, "test", nil, WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := m.Check(userRequest("a"))
-	if res.Proceed || res.Err != nil || res.Decision.Reason != core.ReasonUnavailable {
+	if res.Outcome != Unavailable || res.Err != nil || res.Decision.Reason != core.ReasonUnavailable {
 		t.Fatalf("Check = %+v, want a 503 denial", res)
 	}
-	status, ctype, body := m.Denial(nil, &res)
+	var body bytes.Buffer
+	if err := m.WriteProblem(&body, &res); err != nil {
+		t.Fatal(err)
+	}
+	status := res.Outcome.HTTPStatus()
 	var retry string
 	m.Headers(&res, func(n, v string) {
 		if n == "Retry-After" {
 			retry = v
 		}
 	})
-	if status != 503 || ctype != core.ContentTypeProblem || len(body) == 0 || retry != "1" {
-		t.Fatalf("Denial = %d %q %q, Retry-After %q", status, ctype, body, retry)
+	if status != 503 || !strings.Contains(body.String(), `"status":503`) || retry != "1" {
+		t.Fatalf("denial = %d %q, Retry-After %q", status, body.String(), retry)
 	}
 }
 
 func TestCheckDenialAndHeaders(t *testing.T) {
 	l := flowLimiter(t, nil, perUser)
 	for _, onAllow := range []bool{true, false} {
-		m, err := NewMiddleware(l, WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithHeadersOnAllow(onAllow))
+		m, err := New(l, "test", nil, WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithHeadersOnAllow(onAllow))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,9 +228,13 @@ func TestCheckDenialAndHeaders(t *testing.T) {
 		res = m.Check(userRequest(user))
 		got := map[string]string{}
 		m.Headers(&res, func(n, v string) { got[n] = v })
-		status, _, body := m.Denial(nil, &res)
-		if res.Proceed || status != 429 || got["Retry-After"] == "" || got["X-RateLimit-Remaining"] != "0" || !strings.Contains(string(body), `"violated-policies":["per-user"]`) {
-			t.Errorf("denial: status %d headers %v body %s", status, got, body)
+		var body bytes.Buffer
+		if err := m.WriteProblem(&body, &res); err != nil {
+			t.Fatal(err)
+		}
+		status := res.Outcome.HTTPStatus()
+		if res.Outcome != Denied || status != 429 || got["Retry-After"] == "" || got["X-RateLimit-Remaining"] != "0" || !strings.Contains(body.String(), `"violated-policies":["per-user"]`) {
+			t.Errorf("denial: status %d headers %v body %s", status, got, body.String())
 		}
 	}
 }
@@ -235,13 +242,13 @@ func TestCheckDenialAndHeaders(t *testing.T) {
 func TestCheckShapingDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := flowLimiter(t, nil, core.Rule{Name: "queue", Scope: core.ScopeGlobal, Limit: core.Shaping(core.PerSecond(10), 1, time.Second)})
-		m, err := NewMiddleware(l)
+		m, err := New(l, "test", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
 		for range 3 {
-			if res := m.Check(userRequest("")); !res.Proceed {
+			if res := m.Check(userRequest("")); res.Outcome != Proceed {
 				t.Fatalf("Check = %+v", res)
 			}
 		}
@@ -252,7 +259,7 @@ func TestCheckShapingDelay(t *testing.T) {
 		req := userRequest("")
 		req.Ctx = ctx
 		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-		if res := m.Check(req); !errors.Is(res.Err, context.Canceled) || m.ErrorStatus(res.Err) != 0 {
+		if res := m.Check(req); !errors.Is(res.Err, context.Canceled) || res.Outcome != ClientGone {
 			t.Fatalf("canceled while delayed: %+v", res)
 		}
 	})

@@ -5,36 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 )
-
-// benchWriter is a ResponseWriter reused across iterations: its header map
-// is cleared, not remade, so that allocations counted are the engine's and
-// the middleware's, not the writer's.
-type benchWriter struct {
-	h      http.Header
-	status int
-}
-
-func (w *benchWriter) Header() http.Header         { return w.h }
-func (w *benchWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *benchWriter) WriteHeader(status int)      { w.status = status }
-
-func (w *benchWriter) reset() {
-	clear(w.h)
-	w.status = 0
-}
-
-func benchRequest(peer string) *http.Request {
-	r := httptest.NewRequest("GET", "/items/1", nil)
-	r.RemoteAddr = peer
-	return r
-}
 
 func benchNext(c *gin.Context) { c.Status(http.StatusOK) }
 
@@ -55,13 +32,9 @@ func benchEngine(handlers ...gin.HandlerFunc) *gin.Engine {
 // and "denied" every request answered 429 with its problem body. Parallel
 // runs give each goroutine its own client address.
 func BenchmarkMiddleware(b *testing.B) {
-	lots := core.TokenBucket(core.PerSecond(1<<20), 1<<30)
-	rules := []core.Rule{
-		{Name: "per-ip", Scope: core.ScopeIP, Limit: lots},
-		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lots},
-	}
-	allow := newMiddleware(b, newLimiter(b, rules...))
-	bareLimiter := newLimiter(b, rules...)
+	rules := flowtest.BenchRules()
+	allow := newMiddleware(b, flowtest.Limiter(b, rules...))
+	bareLimiter := flowtest.Limiter(b, rules...)
 	limiterOnly := func(c *gin.Context) {
 		ip, _, _ := strings.Cut(c.Request.RemoteAddr, ":")
 		d, err := bareLimiter.Allow(c.Request.Context(), core.Request{IP: ip, Endpoint: "GET /items/:id"})
@@ -69,48 +42,16 @@ func BenchmarkMiddleware(b *testing.B) {
 			c.AbortWithStatus(http.StatusTooManyRequests)
 		}
 	}
-	deny := newMiddleware(b, newLimiter(b,
+	deny := newMiddleware(b, flowtest.Limiter(b,
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerDay(1), 1)},
 	))
-	for _, bc := range []struct {
-		name   string
-		h      http.Handler
-		status int
-	}{
-		{"bare", benchEngine(benchNext), http.StatusOK},
-		{"limiter", benchEngine(limiterOnly, benchNext), http.StatusOK},
-		{"allowed", benchEngine(allow, benchNext), http.StatusOK},
-		{"denied", benchEngine(deny, benchNext), http.StatusTooManyRequests},
-	} {
-		b.Run(bc.name+"/serial", func(b *testing.B) {
-			r := benchRequest("192.0.2.1:1234")
-			w := &benchWriter{h: http.Header{}}
-			bc.h.ServeHTTP(w, r) // the denied case's one token
-			b.ReportAllocs()
-			for b.Loop() {
-				w.reset()
-				bc.h.ServeHTTP(w, r)
-				if w.status != bc.status {
-					b.Fatalf("status %d, want %d", w.status, bc.status)
-				}
-			}
-		})
-		b.Run(bc.name+"/parallel", func(b *testing.B) {
-			var peers atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				r := benchRequest(fmt.Sprintf("192.0.2.%d:1234", 2+peers.Add(1)))
-				w := &benchWriter{h: http.Header{}}
-				bc.h.ServeHTTP(w, r)
-				for pb.Next() {
-					w.reset()
-					bc.h.ServeHTTP(w, r)
-					if w.status != bc.status {
-						b.Errorf("status %d, want %d", w.status, bc.status)
-						return
-					}
-				}
-			})
-		})
+	peer := func(n int) *http.Request {
+		r := httptest.NewRequest("GET", "/items/1", nil)
+		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", 1+n)
+		return r
 	}
+	flowtest.BenchHandler(b, "bare", benchEngine(benchNext), http.StatusOK, peer)
+	flowtest.BenchHandler(b, "limiter", benchEngine(limiterOnly, benchNext), http.StatusOK, peer)
+	flowtest.BenchHandler(b, "allowed", benchEngine(allow, benchNext), http.StatusOK, peer)
+	flowtest.BenchHandler(b, "denied", benchEngine(deny, benchNext), http.StatusTooManyRequests, peer)
 }

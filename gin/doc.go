@@ -27,22 +27,22 @@
 // installed with engine.Use also runs for requests that no route matches,
 // before gin's 404 (or 405) answer: those have no route, so the endpoint
 // tiers do not apply to them and the other tiers do, which keeps a client
-// probing for paths within its per-ip limit. A WithSkip function that
+// probing for paths within its per-ip limit. A flow.WithSkip function that
 // returns true when the request's Route() is "" exempts them instead.
 //
 // # Keys
 //
 // By default the ip scope is keyed by the TCP peer, http.Request.RemoteAddr,
-// and the endpoint scope by the method and route template. WithKey sets a
-// scope's key function from package keyfuncs (keyfuncs.ClientIP with
-// trusted proxies, keyfuncs.Header, keyfuncs.APIKey, keyfuncs.FromContext,
-// ...), which work in every adapter; WithKeyFunc takes a native
-// func(*gin.Context) (string, error) instead, for values an authentication
-// middleware stored with c.Set (keyfuncs.FromContext reads
-// c.Request.Context(), which c.Set does not touch). WithPlan, WithCost and WithSkip select the
-// plan, price requests and exempt them. WithOptions passes keyfuncs options
-// as they are, so that the net/http, gin, fiber and gRPC middleware of one
-// service share one option list.
+// and the endpoint scope by the method and route template. flow.WithKey
+// sets a scope's key function from package keyfuncs (keyfuncs.ClientIP
+// with trusted proxies, keyfuncs.Header, keyfuncs.APIKey,
+// keyfuncs.FromContext, ...), which work in every adapter; WithKeyFunc
+// takes a native func(*gin.Context) (string, error) instead, for values an
+// authentication middleware stored with c.Set (keyfuncs.FromContext reads
+// c.Request.Context(), which c.Set does not touch). flow.WithPlan,
+// flow.WithCost and flow.WithSkip select the plan, price requests and
+// exempt them. Those options are package flow's, so the net/http, gin,
+// fiber and gRPC middleware of one service share one option list.
 //
 // # Client addresses and proxies
 //
@@ -55,7 +55,7 @@
 // them, and the header they append to, in its options:
 //
 //	ip, err := keyfuncs.ClientIP(keyfuncs.WithTrustedProxies("10.0.0.0/8"))
-//	rl, err := ginlimit.New(limiter, ginlimit.WithKey(core.ScopeIP, ip))
+//	rl, err := ginlimit.New(limiter, flow.WithKey(core.ScopeIP, ip))
 //
 // The client is then the rightmost untrusted hop, never the leftmost entry.
 // engine.SetTrustedProxies, engine.TrustedPlatform, engine.ForwardedByClientIP
@@ -66,10 +66,10 @@
 //
 // An allowed response carries X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset (Unix seconds), RateLimit-Policy and RateLimit, as
-// core.HeaderFormat documents (WithHeaderFormat, WithHeadersOnAllow). A
-// denied request gets the same fields with Retry-After (whole seconds,
-// rounded up) and Cache-Control: no-store, status 429 and an
-// application/problem+json body of type
+// core.HeaderFormat documents (flow.WithHeaderFormat,
+// flow.WithHeadersOnAllow). A denied request gets the same fields with
+// Retry-After (whole seconds, rounded up) and Cache-Control: no-store,
+// status 429 and an application/problem+json body of type
 // https://iana.org/assignments/http-problem-types#quota-exceeded naming the
 // violated tiers; the chain is aborted, so the next handlers do not run.
 // When the store fails, the limiter's core.FailureMode decides: under

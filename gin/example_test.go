@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	ginlimit "github.com/bucketry/ratelimit/gin"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -89,7 +90,7 @@ func ExampleWithDenyHandler() {
 // Behind a load balancer at 10.0.0.0/8 that appends to X-Forwarded-For, the
 // client is the rightmost address the balancer did not write. The engine's
 // trusted proxies play no part.
-func ExampleWithKey() {
+func ExampleNew_trustedProxies() {
 	policy, err := core.NewPolicy(core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 1)})
 	if err != nil {
 		log.Fatal(err)
@@ -102,7 +103,7 @@ func ExampleWithKey() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rl, err := ginlimit.New(limiter, ginlimit.WithKey(core.ScopeIP, ip))
+	rl, err := ginlimit.New(limiter, flow.WithKey(core.ScopeIP, ip))
 	if err != nil {
 		log.Fatal(err)
 	}

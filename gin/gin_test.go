@@ -11,8 +11,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	ginlimit "github.com/bucketry/ratelimit/gin"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -24,68 +25,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// serveGin is the conformance harness: a gin engine on an httptest server,
-// each route with its own middleware before its handler, at the route's
-// colon pattern. Paths no route matches get gin's 404.
-func serveGin(t testing.TB, routes []conformance.HTTPRoute) string {
-	t.Helper()
-	engine := gin.New()
-	for _, rt := range routes {
-		opts := []ginlimit.Option{ginlimit.WithOptions(rt.Options...)}
-		if h := rt.NativeUserHeader; h != "" {
-			opts = append(opts, ginlimit.WithKeyFunc(core.ScopeUser, func(c *gin.Context) (string, error) {
-				if v := c.GetHeader(h); v != "" {
-					return v, nil
-				}
-				return "", keyfuncs.ErrNotApplicable
-			}))
-		}
-		if answer := rt.DenyResponse; answer != nil {
-			opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, d *core.Decision) {
-				status, body := answer(d)
-				c.Data(status, "text/plain; charset=utf-8", []byte(body))
-			}))
-		}
-		if answer := rt.ErrorResponse; answer != nil {
-			opts = append(opts, ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
-				status, body := answer(err)
-				c.Data(status, "text/plain; charset=utf-8", []byte(body))
-			}))
-		}
-		mw, err := ginlimit.New(rt.Limiter, opts...)
-		if err != nil {
-			t.Fatalf("ginlimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
-		}
-		next := rt.Handler
-		engine.Handle(rt.Method, rt.ColonPattern(), mw, func(c *gin.Context) {
-			if next != nil {
-				next()
-			}
-			c.String(http.StatusOK, "ok")
-		})
-	}
-	srv := httptest.NewServer(engine)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-func TestConformance(t *testing.T) {
-	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveGin})
-}
-
-func newLimiter(t testing.TB, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := core.NewLimiter(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 func newMiddleware(t testing.TB, l *core.Limiter, opts ...ginlimit.Option) gin.HandlerFunc {
 	t.Helper()
 	mw, err := ginlimit.New(l, opts...)
@@ -95,48 +34,15 @@ func newMiddleware(t testing.TB, l *core.Limiter, opts ...ginlimit.Option) gin.H
 	return mw
 }
 
-var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(1), 1)}
-
 func TestNewRejects(t *testing.T) {
-	l := newLimiter(t, perUser)
-	user := ginlimit.WithKeyFunc(core.ScopeUser, func(*gin.Context) (string, error) { return "u", nil })
-	format, err := core.NewHeaderFormat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		l    *core.Limiter
-		opts []ginlimit.Option
-		in   string // in the message
-	}{
-		{"nil limiter", nil, []ginlimit.Option{user}, "nil limiter"},
-		{"nil option", l, []ginlimit.Option{user, nil}, "option 1 is nil"},
-		{"nil shared option", l, []ginlimit.Option{user, ginlimit.WithOptions(nil)}, "WithOptions: option 0 is nil"},
-		{"no key for a rule", l, nil, `rule "per-user" limits scope "user"`},
-		{"nil native key", l, []ginlimit.Option{ginlimit.WithKeyFunc(core.ScopeUser, nil)}, "WithKeyFunc"},
-		{"nil key", l, []ginlimit.Option{ginlimit.WithKey(core.ScopeUser, nil)}, "nil key function"},
-		{"scope twice", l, []ginlimit.Option{user, ginlimit.WithKey(core.ScopeUser, keyfuncs.Route())}, "given twice"},
-		{"global key", l, []ginlimit.Option{user, ginlimit.WithKeyFunc(core.ScopeGlobal, func(*gin.Context) (string, error) { return "", nil })}, "want user, ip, endpoint"},
-		{"nil plan", l, []ginlimit.Option{user, ginlimit.WithPlan(nil)}, "WithPlan"},
-		{"nil cost", l, []ginlimit.Option{user, ginlimit.WithCost(nil)}, "WithCost"},
-		{"nil skip", l, []ginlimit.Option{user, ginlimit.WithSkip(nil)}, "WithSkip"},
-		{"nil format", l, []ginlimit.Option{user, ginlimit.WithHeaderFormat(nil)}, "WithHeaderFormat"},
-		{"nil deny handler", l, []ginlimit.Option{user, ginlimit.WithDenyHandler(nil)}, "WithDenyHandler"},
-		{"nil error handler", l, []ginlimit.Option{user, ginlimit.WithErrorHandler(nil)}, "WithErrorHandler"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			mw, err := ginlimit.New(tc.l, tc.opts...)
-			if mw != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
-				t.Fatalf("New = %p, %v; want nil, ErrInvalidOption mentioning %q", mw, err, tc.in)
-			}
-		})
-	}
-	// The same options, valid, build.
-	if _, err := ginlimit.New(l, user, ginlimit.WithHeaderFormat(format), ginlimit.WithHeadersOnAllow(false)); err != nil {
-		t.Fatalf("New with valid options: %v", err)
-	}
+	invalid := flowtest.NilOptions(ginlimit.WithKeyFunc(core.ScopeUser, nil), ginlimit.WithDenyHandler(nil), ginlimit.WithErrorHandler(nil))
+	invalid[`nethttp.WithKeyFunc("user") is an option of nethttp, given to ginlimit`] = flow.NativeKey("nethttp", core.ScopeUser, func(*http.Request) (string, error) { return "u", nil })
+	flowtest.CheckConstructor(t, flowtest.Constructor{
+		Adapter: "ginlimit",
+		New:     flowtest.ErrorOf(ginlimit.New),
+		UserKey: ginlimit.WithKeyFunc(core.ScopeUser, func(*gin.Context) (string, error) { return "u", nil }),
+		Invalid: invalid,
+	})
 }
 
 // do sends method path to h with header fields kv (name, value, ...) from
@@ -188,7 +94,7 @@ func TestInstall(t *testing.T) {
 		}, "/items/%d", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mw = newMiddleware(t, newLimiter(t, perEndpoint))
+			mw = newMiddleware(t, flowtest.Limiter(t, perEndpoint))
 			e := gin.New()
 			tc.setup(e)
 			path := func(i int) string { return fmt.Sprintf(tc.path, i) }
@@ -222,7 +128,7 @@ func TestInstall(t *testing.T) {
 // before gin's 404, where there is no route: the per-ip tier applies, the
 // endpoint tier does not, and gin's 404 answer is kept when allowed.
 func TestEngineUseNoRoute(t *testing.T) {
-	mw := newMiddleware(t, newLimiter(t,
+	mw := newMiddleware(t, flowtest.Limiter(t,
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 2)},
 		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerHour(1), 100)},
 	))
@@ -265,7 +171,7 @@ func TestHandlers(t *testing.T) {
 	t.Run("deny handler writing only a body", func(t *testing.T) {
 		var aborted bool
 		var retry string
-		mw := newMiddleware(t, newLimiter(t, perUser), user, ginlimit.WithDenyHandler(func(c *gin.Context, d *core.Decision) {
+		mw := newMiddleware(t, flowtest.Limiter(t, flowtest.PerUser), user, ginlimit.WithDenyHandler(func(c *gin.Context, d *core.Decision) {
 			aborted, retry = c.IsAborted(), c.Writer.Header().Get("Retry-After")
 			c.Writer.WriteString("slow down " + d.Rule)
 		}))
@@ -280,7 +186,7 @@ func TestHandlers(t *testing.T) {
 	})
 	t.Run("default error handler", func(t *testing.T) {
 		var logged []string
-		mw := newMiddleware(t, newLimiter(t, perUser), user)
+		mw := newMiddleware(t, flowtest.Limiter(t, flowtest.PerUser), user)
 		e := gin.New()
 		e.Use(func(c *gin.Context) {
 			c.Next()
@@ -298,7 +204,7 @@ func TestHandlers(t *testing.T) {
 	})
 	t.Run("error handler writing nothing", func(t *testing.T) {
 		var got error
-		mw := newMiddleware(t, newLimiter(t, perUser), user, ginlimit.WithErrorHandler(func(c *gin.Context, err error) { got = err }))
+		mw := newMiddleware(t, flowtest.Limiter(t, flowtest.PerUser), user, ginlimit.WithErrorHandler(func(c *gin.Context, err error) { got = err }))
 		e := gin.New()
 		e.GET("/", mw, next)
 		nextRan = 0
@@ -308,7 +214,7 @@ func TestHandlers(t *testing.T) {
 		}
 	})
 	t.Run("context without request", func(t *testing.T) {
-		mw := newMiddleware(t, newLimiter(t, perUser), user)
+		mw := newMiddleware(t, flowtest.Limiter(t, flowtest.PerUser), user)
 		w := httptest.NewRecorder()
 		c, _ := gin.CreateTestContext(w)
 		mw(c)
@@ -321,7 +227,7 @@ func TestHandlers(t *testing.T) {
 // TestClientIPIgnoresEngine: the engine trusts every proxy by default, so
 // c.ClientIP believes a forged X-Forwarded-For; the limiter does not.
 func TestClientIPIgnoresEngine(t *testing.T) {
-	mw := newMiddleware(t, newLimiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 1)}))
+	mw := newMiddleware(t, flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 1)}))
 	e := gin.New()
 	var seen []string
 	e.GET("/", mw, func(c *gin.Context) { seen = append(seen, c.ClientIP()) })

@@ -41,3 +41,6 @@ func (v request) RemoteAddr() string { return v.c.Request.RemoteAddr }
 // Values returns the header's field values. The key functions of keyfuncs
 // pass canonical names, which http.Header looks up without allocating.
 func (v request) Values(name string) []string { return v.c.Request.Header.Values(name) }
+
+// Native returns the gin.Context, for key functions given with WithKeyFunc.
+func (v request) Native() *gin.Context { return v.c }

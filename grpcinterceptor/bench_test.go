@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	"github.com/bucketry/ratelimit/grpcinterceptor"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -30,7 +32,7 @@ func (discard) SetTrailer(metadata.MD) error { return nil }
 func benchUnary(b *testing.B) grpc.UnaryServerInterceptor {
 	b.Helper()
 	limit := core.TokenBucket(core.PerSecond(1_000_000_000), 1_000_000_000)
-	l := newLimiter(b, nil,
+	l := flowtest.Limiter(b,
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: limit},
 		core.Rule{Name: "per-method", Scope: core.ScopeEndpoint, Limit: limit},
 	)
@@ -38,7 +40,7 @@ func benchUnary(b *testing.B) grpc.UnaryServerInterceptor {
 	if err != nil {
 		b.Fatal(err)
 	}
-	u, err := grpcinterceptor.UnaryServerInterceptor(l, grpcinterceptor.WithKey(core.ScopeUser, user))
+	u, err := grpcinterceptor.UnaryServerInterceptor(l, flow.WithKey(core.ScopeUser, user))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,9 +92,9 @@ func BenchmarkUnaryAllowedParallel(b *testing.B) {
 // alone.
 func BenchmarkUnaryNoHeaders(b *testing.B) {
 	limit := core.TokenBucket(core.PerSecond(1_000_000_000), 1_000_000_000)
-	l := newLimiter(b, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: limit})
+	l := flowtest.Limiter(b, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: limit})
 	user, _ := keyfuncs.Metadata("x-user")
-	u, err := grpcinterceptor.UnaryServerInterceptor(l, grpcinterceptor.WithKey(core.ScopeUser, user), grpcinterceptor.WithHeadersOnAllow(false))
+	u, err := grpcinterceptor.UnaryServerInterceptor(l, flow.WithKey(core.ScopeUser, user), flow.WithHeadersOnAllow(false))
 	if err != nil {
 		b.Fatal(err)
 	}

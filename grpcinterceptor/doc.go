@@ -1,8 +1,9 @@
 // Package grpcinterceptor rate-limits gRPC servers: a unary and a stream
 // server interceptor over a core.Limiter. Like every framework adapter of
 // ratelimit it only translates: the keys, plan, cost, skip and metadata
-// formatting are keyfuncs.Middleware's, and the options carry the same names
-// as those of the HTTP adapters.
+// formatting are package flow's, and so are the options that shape them,
+// which the HTTP adapters take too; the interceptors map each flow.Outcome
+// to a gRPC status.
 //
 //	policy, err := core.NewPolicy(
 //		core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(10), 20)},
@@ -10,7 +11,7 @@
 //	)
 //	limiter, err := core.NewLimiter(policy)
 //	user, err := keyfuncs.Metadata("x-user")
-//	opts := []grpcinterceptor.Option{grpcinterceptor.WithKey(core.ScopeUser, user)}
+//	opts := []flow.Option{flow.WithKey(core.ScopeUser, user)}
 //	unary, err := grpcinterceptor.UnaryServerInterceptor(limiter, opts...)
 //	stream, err := grpcinterceptor.StreamServerInterceptor(limiter, opts...)
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(auth, unary), grpc.ChainStreamInterceptor(auth, stream))
@@ -20,8 +21,31 @@
 // ("/package.Service/Method") keys the endpoint scope by default
 // (keyfuncs.Endpoint; keyfuncs.GRPCMethod says so explicitly), the TCP
 // peer's address keys the ip scope, and keyfuncs.Metadata reads incoming
-// metadata. WithKeyFunc takes a native function of the context and the full
-// method.
+// metadata. flow.WithKey sets a scope's key function from package keyfuncs;
+// WithKeyFunc takes a native function of the context and the full method
+// instead.
+//
+// # Options
+//
+// The options of package flow mean under gRPC: flow.WithPlan selects the
+// caller's plan; flow.WithCost prices a call, or the opening of a stream
+// (WithPerMessage prices the messages of a paced stream); flow.WithSkip
+// exempts a call (health checks, reflection) or a whole stream, which then
+// gets no decision, no rate-limit metadata and no pacing;
+// flow.WithHeadersOnAllow(false) keeps the rate-limit fields out of the
+// header metadata of allowed calls, while denials still carry them in the
+// trailers. The default header format sends the fields below with
+// lower-case names (core.NamesLower), as gRPC metadata requires, and
+// neither Retry-After nor Cache-Control: gRPC clients read the retry delay
+// from grpc-retry-pushback-ms and RetryInfo, and nothing caches a call. A
+// flow.WithHeaderFormat whose names are not lower case works, at the cost
+// of lowering each name on every call.
+//
+// This package's own options, WithKeyFunc, WithDenyHandler,
+// WithErrorHandler and WithPerMessage, take gRPC types; the constructors of
+// the other adapters refuse them, and these constructors refuse theirs, so
+// that no option is silently dropped. Pass one option list to both
+// constructors: WithPerMessage has no effect on the unary one.
 //
 // # What clients see
 //

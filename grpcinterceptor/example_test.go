@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/grpcinterceptor"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -60,7 +61,7 @@ func ExampleUnaryServerInterceptor() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	unary, err := grpcinterceptor.UnaryServerInterceptor(exampleLimiter(), grpcinterceptor.WithKey(core.ScopeUser, user))
+	unary, err := grpcinterceptor.UnaryServerInterceptor(exampleLimiter(), flow.WithKey(core.ScopeUser, user))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func ExampleStreamServerInterceptor() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	stream, err := grpcinterceptor.StreamServerInterceptor(exampleLimiter(), grpcinterceptor.WithKey(core.ScopeUser, user))
+	stream, err := grpcinterceptor.StreamServerInterceptor(exampleLimiter(), flow.WithKey(core.ScopeUser, user))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package grpcinterceptor_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -14,53 +15,12 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	"github.com/bucketry/ratelimit/grpcinterceptor"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
-
-// harness builds the interceptors with the suite's options passed through
-// WithOptions, as a configuration shared by every adapter would be.
-var harness = conformance.GRPCHarness{
-	Interceptors: func(t testing.TB, l *core.Limiter, opts []keyfuncs.Option) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-		t.Helper()
-		u, err := grpcinterceptor.UnaryServerInterceptor(l, grpcinterceptor.WithOptions(opts...))
-		if err != nil {
-			t.Fatalf("UnaryServerInterceptor: %v", err)
-		}
-		s, err := grpcinterceptor.StreamServerInterceptor(l, grpcinterceptor.WithOptions(opts...))
-		if err != nil {
-			t.Fatalf("StreamServerInterceptor: %v", err)
-		}
-		return u, s
-	},
-	PacedStream: func(t testing.TB, l *core.Limiter, opts []keyfuncs.Option) grpc.StreamServerInterceptor {
-		t.Helper()
-		s, err := grpcinterceptor.StreamServerInterceptor(l, grpcinterceptor.WithOptions(opts...), grpcinterceptor.WithPerMessage(nil))
-		if err != nil {
-			t.Fatalf("StreamServerInterceptor(WithPerMessage): %v", err)
-		}
-		return s
-	},
-}
-
-func TestConformance(t *testing.T) {
-	conformance.RunGRPCSuite(t, harness)
-}
-
-func newLimiter(t testing.TB, opts []core.Option, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := core.NewLimiter(p, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 // frozen returns a limiter on a memory store whose clock stands still.
 func frozen(t testing.TB, rules ...core.Rule) *core.Limiter {
@@ -69,45 +29,73 @@ func frozen(t testing.TB, rules ...core.Rule) *core.Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newLimiter(t, []core.Option{core.WithStore(s)}, rules...)
+	return flowtest.LimiterWith(t, []core.Option{core.WithStore(s)}, rules...)
 }
 
 var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 1)}
 
+// TestConstructorsReject: both constructors refuse what every adapter's
+// does and this package's own nil options; the stream's, also when given
+// WithPerMessage, which makes it build a second engine.
 func TestConstructorsReject(t *testing.T) {
+	invalid := flowtest.NilOptions(grpcinterceptor.WithKeyFunc(core.ScopeUser, nil), grpcinterceptor.WithDenyHandler(nil), grpcinterceptor.WithErrorHandler(nil))
+	invalid[`nethttp.WithKeyFunc("user") is an option of nethttp, given to grpcinterceptor`] = flow.NativeKey("nethttp", core.ScopeUser, func(*http.Request) (string, error) { return "u", nil })
+	c := flowtest.Constructor{
+		Adapter: "grpcinterceptor",
+		New:     flowtest.ErrorOf(grpcinterceptor.UnaryServerInterceptor),
+		UserKey: grpcinterceptor.WithKeyFunc(core.ScopeUser, func(context.Context, string) (string, error) { return "u", nil }),
+		Invalid: invalid,
+	}
+	t.Run("unary", func(t *testing.T) { flowtest.CheckConstructor(t, c) })
+	c.New = flowtest.ErrorOf(func(l *core.Limiter, opts ...grpcinterceptor.Option) (grpc.StreamServerInterceptor, error) {
+		return grpcinterceptor.StreamServerInterceptor(l, append(opts[:len(opts):len(opts)], grpcinterceptor.WithPerMessage(nil))...)
+	})
+	t.Run("stream", func(t *testing.T) { flowtest.CheckConstructor(t, c) })
+}
+
+// TestConstructorsAccept: this package's options, valid, build, with flow's,
+// WithPerMessage on both constructors.
+func TestConstructorsAccept(t *testing.T) {
 	l := frozen(t, perUser)
 	user, err := keyfuncs.Metadata("x-user")
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := grpcinterceptor.WithKey(core.ScopeUser, user)
+	valid := []grpcinterceptor.Option{
+		grpcinterceptor.WithKeyFunc(core.ScopeUser, func(context.Context, string) (string, error) { return "u", nil }),
+		flow.WithPlan(user), flow.WithCost(func(keyfuncs.Request) (int64, error) { return 1, nil }),
+		flow.WithSkip(func(keyfuncs.Request) bool { return false }), flow.WithHeadersOnAllow(false),
+		grpcinterceptor.WithDenyHandler(func(context.Context, *core.Decision) error { return nil }),
+		grpcinterceptor.WithErrorHandler(func(context.Context, error) error { return nil }),
+		grpcinterceptor.WithPerMessage(nil),
+	}
+	if _, err := grpcinterceptor.UnaryServerInterceptor(l, valid...); err != nil {
+		t.Errorf("UnaryServerInterceptor with valid options: %v", err)
+	}
+	if _, err := grpcinterceptor.StreamServerInterceptor(l, valid...); err != nil {
+		t.Errorf("StreamServerInterceptor with valid options: %v", err)
+	}
+}
+
+// TestOptionsRefusedElsewhere: this package's options are refused by the
+// constructor of another adapter (flow.New under that adapter's name, as
+// nethttp.New calls it), not silently dropped.
+func TestOptionsRefusedElsewhere(t *testing.T) {
+	l := frozen(t, core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerSecond(1), 1)})
 	for _, tc := range []struct {
 		name string
-		l    *core.Limiter
-		opts []grpcinterceptor.Option
+		opt  grpcinterceptor.Option
 		in   string
 	}{
-		{"nil limiter", nil, []grpcinterceptor.Option{key}, "nil limiter"},
-		{"rule without key function", l, nil, `rule "per-user" limits scope "user"`},
-		{"nil option", l, []grpcinterceptor.Option{key, nil}, "option 1 is nil"},
-		{"nil key function", l, []grpcinterceptor.Option{grpcinterceptor.WithKey(core.ScopeUser, nil)}, "nil key function"},
-		{"nil native key function", l, []grpcinterceptor.Option{grpcinterceptor.WithKeyFunc(core.ScopeUser, nil)}, "WithKeyFunc"},
-		{"scope twice", l, []grpcinterceptor.Option{key, grpcinterceptor.WithKeyFunc(core.ScopeUser, func(context.Context, string) (string, error) { return "u", nil })}, "given twice"},
-		{"nil plan", l, []grpcinterceptor.Option{key, grpcinterceptor.WithPlan(nil)}, "WithPlan"},
-		{"nil cost", l, []grpcinterceptor.Option{key, grpcinterceptor.WithCost(nil)}, "WithCost"},
-		{"nil skip", l, []grpcinterceptor.Option{key, grpcinterceptor.WithSkip(nil)}, "WithSkip"},
-		{"nil format", l, []grpcinterceptor.Option{key, grpcinterceptor.WithHeaderFormat(nil)}, "WithHeaderFormat"},
-		{"nil deny handler", l, []grpcinterceptor.Option{key, grpcinterceptor.WithDenyHandler(nil)}, "WithDenyHandler"},
-		{"nil error handler", l, []grpcinterceptor.Option{key, grpcinterceptor.WithErrorHandler(nil)}, "WithErrorHandler"},
+		{"WithKeyFunc", grpcinterceptor.WithKeyFunc(core.ScopeUser, func(context.Context, string) (string, error) { return "u", nil }), `grpcinterceptor.WithKeyFunc("user") is an option of grpcinterceptor, given to nethttp`},
+		{"WithDenyHandler", grpcinterceptor.WithDenyHandler(func(context.Context, *core.Decision) error { return nil }), "grpcinterceptor.WithDenyHandler is an option of grpcinterceptor, given to nethttp"},
+		{"WithErrorHandler", grpcinterceptor.WithErrorHandler(func(context.Context, error) error { return nil }), "grpcinterceptor.WithErrorHandler is an option of grpcinterceptor, given to nethttp"},
+		{"WithPerMessage", grpcinterceptor.WithPerMessage(nil), "grpcinterceptor.WithPerMessage is an option of grpcinterceptor, given to nethttp"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u, err := grpcinterceptor.UnaryServerInterceptor(tc.l, tc.opts...)
-			if u != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
-				t.Errorf("UnaryServerInterceptor = %v, %v; want ErrInvalidOption mentioning %q", u != nil, err, tc.in)
-			}
-			s, err := grpcinterceptor.StreamServerInterceptor(tc.l, append(tc.opts, grpcinterceptor.WithPerMessage(nil))...)
-			if s != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
-				t.Errorf("StreamServerInterceptor = %v, %v; want ErrInvalidOption mentioning %q", s != nil, err, tc.in)
+			e, err := flow.New(l, "nethttp", nil, tc.opt)
+			if e != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
+				t.Errorf("flow.New(nethttp, %s) = %v, %v; want ErrInvalidOption mentioning %q", tc.name, e != nil, err, tc.in)
 			}
 		})
 	}
@@ -210,7 +198,7 @@ func TestKeyFuncAndHandlers(t *testing.T) {
 func TestDefaultErrors(t *testing.T) {
 	l := frozen(t, perUser)
 	user, _ := keyfuncs.Metadata("x-user")
-	u, err := grpcinterceptor.UnaryServerInterceptor(l, grpcinterceptor.WithKey(core.ScopeUser, user))
+	u, err := grpcinterceptor.UnaryServerInterceptor(l, flow.WithKey(core.ScopeUser, user))
 	if err != nil {
 		t.Fatal(err)
 	}

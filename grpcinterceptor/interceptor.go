@@ -2,7 +2,6 @@ package grpcinterceptor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
@@ -35,8 +35,10 @@ const PushbackKey = "grpc-retry-pushback-ms"
 // the response) and runs its handler; a denied call never reaches the
 // handler and ends with a Trailers-Only response (see the package
 // documentation). It fails with an error wrapping core.ErrInvalidOption for
-// a nil limiter, an invalid option, or a rule of the limiter's policy whose
-// scope has no key function. The interceptor is safe for concurrent use.
+// a nil limiter, a nil or invalid option (named by its position in opts),
+// an option of another adapter, a scope given two key functions, or an
+// enabled rule of the limiter's policy whose scope has no key function.
+// The interceptor is safe for concurrent use.
 func UnaryServerInterceptor(limiter *core.Limiter, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	i, err := newInterceptor(limiter, opts, false)
 	if err != nil {
@@ -63,61 +65,49 @@ func StreamServerInterceptor(limiter *core.Limiter, opts ...Option) (grpc.Stream
 
 // interceptor is the state shared by the calls of one interceptor.
 type interceptor struct {
-	m       *keyfuncs.Middleware
-	msgs    *keyfuncs.Middleware // prices received messages; nil unless WithPerMessage on a stream
-	deny    func(ctx context.Context, d *core.Decision) error
-	onError func(ctx context.Context, err error) error
-	views   sync.Pool // *view, for unary calls
-}
-
-// defaultFormat is the header format of gRPC: lower-case names, as HTTP/2
-// requires (RFC 9113 section 8.2.1), and no Retry-After or Cache-Control,
-// which gRPC clients do not read.
-func defaultFormat() (*core.HeaderFormat, error) {
-	return core.NewHeaderFormat(core.WithNameCase(core.NamesLower), core.WithRetryAfter(false), core.WithCacheControl(false))
+	engine  *flow.Engine
+	msgs    *flow.Engine // prices received messages; nil unless WithPerMessage on a stream
+	deny    DenyHandler  // nil: DenialStatus
+	onError ErrorHandler // nil: the default status of the outcome
+	views   sync.Pool    // *view, for unary calls
 }
 
 func newInterceptor(limiter *core.Limiter, opts []Option, stream bool) (*interceptor, error) {
-	var cfg config
-	for n, o := range opts {
-		if o == nil {
-			cfg.errs = append(cfg.errs, fmt.Errorf("%w: option %d is nil", core.ErrInvalidOption, n))
-			continue
-		}
-		o.apply(&cfg)
-	}
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
-	}
-	format, err := defaultFormat()
+	// The default format of gRPC: lower-case names, as HTTP/2 requires
+	// (RFC 9113 section 8.2.1), and no Retry-After or Cache-Control, which
+	// gRPC clients do not read. A flow.WithHeaderFormat in opts replaces it.
+	f, err := core.NewHeaderFormat(core.WithNameCase(core.NamesLower), core.WithRetryAfter(false), core.WithCacheControl(false))
 	if err != nil {
 		return nil, err
 	}
-	// The default format first: a WithHeaderFormat among the options,
-	// applied later, replaces it.
-	kopts := append([]keyfuncs.Option{keyfuncs.WithHeaderFormat(format)}, cfg.kopts...)
-	m, err := keyfuncs.NewMiddleware(limiter, kopts...)
+	defaults := []flow.Option{flow.WithHeaderFormat(f)}
+	e, err := flow.New(limiter, adapter, defaults, opts...)
 	if err != nil {
 		return nil, err
 	}
-	i := &interceptor{m: m, deny: cfg.deny, onError: cfg.onError}
+	i := &interceptor{engine: e}
+	i.deny, i.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
 	i.views.New = func() any { return new(view) }
-	if stream && cfg.perMessage {
-		// The same keys, skip and format; the message's price replaces the
-		// stream's.
-		price := func(keyfuncs.Request) (int64, error) { return 1, nil }
-		if cost := cfg.msgCost; cost != nil {
-			price = func(r keyfuncs.Request) (int64, error) {
-				v, ok := r.(*view)
-				if !ok {
-					return 0, fmt.Errorf("grpcinterceptor: message cost asked of a %T", r)
-				}
-				return cost(r, v.msg)
+	pm, ok := e.Native(perMessageName).(perMessage)
+	if !stream || !ok {
+		return i, nil
+	}
+	// The same options, so the same keys, skip and format; the message's
+	// price, given last, replaces the stream's cost.
+	price := func(keyfuncs.Request) (int64, error) { return 1, nil }
+	if cost := pm.cost; cost != nil {
+		price = func(r keyfuncs.Request) (int64, error) {
+			v, ok := r.(*view)
+			if !ok {
+				return 0, fmt.Errorf("grpcinterceptor: message cost asked of a %T", r)
 			}
+			return cost(r, v.msg)
 		}
-		if i.msgs, err = keyfuncs.NewMiddleware(limiter, append(kopts, keyfuncs.WithCost(price))...); err != nil {
-			return nil, err
-		}
+	}
+	// A full slice expression, so that the caller's array is never written.
+	msgOpts := append(opts[:len(opts):len(opts)], flow.WithCost(price))
+	if i.msgs, err = flow.New(limiter, adapter, defaults, msgOpts...); err != nil {
+		return nil, err
 	}
 	return i, nil
 }
@@ -128,10 +118,11 @@ func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	// be reused by the next call.
 	v := i.views.Get().(*view)
 	v.ctx, v.fullMethod = ctx, info.FullMethod
-	res := i.m.Check(v)
+	res := i.engine.Check(v)
 	*v = view{}
 	i.views.Put(v)
-	if res.Proceed {
+	switch res.Outcome {
+	case flow.Proceed:
 		if md := i.metadata(&res, false); md != nil {
 			// Headers leave with the response, or with the status if the
 			// handler fails. The error (no gRPC stream in ctx, headers
@@ -140,43 +131,47 @@ func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 			_ = grpc.SetHeader(ctx, md)
 		}
 		return handler(ctx, req)
+	case flow.Skipped:
+		return handler(ctx, req)
+	case flow.Denied, flow.Unavailable:
+		// Trailers only: nothing on this path may set or send headers, or
+		// the response has a header frame and clients do not retry it.
+		if md := i.metadata(&res, true); md != nil {
+			_ = grpc.SetTrailer(ctx, md)
+		}
+		// A copy for the deny handler, which may keep what it is given as
+		// far as the compiler knows: res stays on the stack of allowed
+		// calls.
+		d := res.Decision
+		return nil, i.denied(ctx, &d)
 	}
-	if res.Err != nil {
-		return nil, i.failed(ctx, res.Err)
-	}
-	// Trailers only: nothing on this path may set or send headers, or the
-	// response has a header frame and clients do not retry it.
-	if md := i.metadata(&res, true); md != nil {
-		_ = grpc.SetTrailer(ctx, md)
-	}
-	// A copy for the deny handler, which may keep what it is given as far
-	// as the compiler knows: res stays on the stack of allowed calls.
-	d := res.Decision
-	return nil, i.denied(ctx, &d)
+	return nil, i.failed(ctx, res.Outcome, res.Err)
 }
 
 // stream is the grpc.StreamServerInterceptor.
 func (i *interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
 	v := &view{ctx: ctx, fullMethod: info.FullMethod}
-	res := i.m.Check(v)
-	if res.Proceed {
+	res := i.engine.Check(v)
+	switch res.Outcome {
+	case flow.Proceed:
 		if md := i.metadata(&res, false); md != nil {
 			_ = ss.SetHeader(md) // as in unary: informational
 		}
-		if i.msgs != nil && !res.Skipped {
+		if i.msgs != nil {
 			ss = &pacedStream{ServerStream: ss, i: i, v: v}
 		}
 		return handler(srv, ss)
+	case flow.Skipped:
+		return handler(srv, ss) // not paced either
+	case flow.Denied, flow.Unavailable:
+		if md := i.metadata(&res, true); md != nil {
+			ss.SetTrailer(md)
+		}
+		d := res.Decision // as in unary
+		return i.denied(ctx, &d)
 	}
-	if res.Err != nil {
-		return i.failed(ctx, res.Err)
-	}
-	if md := i.metadata(&res, true); md != nil {
-		ss.SetTrailer(md)
-	}
-	d := res.Decision // as in unary
-	return i.denied(ctx, &d)
+	return i.failed(ctx, res.Outcome, res.Err)
 }
 
 // pacedStream holds each received message until its tokens are there.
@@ -203,17 +198,18 @@ func (s *pacedStream) RecvMsg(m any) error {
 // said otherwise from being asked in a busy loop.
 const minPace = time.Millisecond
 
-// pace asks the message middleware until the message is allowed, sleeping
+// pace asks the message engine until the message is allowed, sleeping
 // each denial's RetryAfter, as core.Limiter.WaitN does.
 func (i *interceptor) pace(v *view, ss grpc.ServerStream) error {
 	ctx := v.ctx
 	for {
 		res := i.msgs.Check(v)
-		if res.Proceed {
+		switch res.Outcome {
+		case flow.Proceed, flow.Skipped:
 			return nil
-		}
-		if res.Err != nil {
-			return i.failed(ctx, res.Err)
+		case flow.Denied, flow.Unavailable:
+		default:
+			return i.failed(ctx, res.Outcome, res.Err)
 		}
 		d := res.Decision // as in unary
 		if d.Reason == core.ReasonLimited {
@@ -225,7 +221,7 @@ func (i *interceptor) pace(v *view, ss grpc.ServerStream) error {
 					continue
 				case <-ctx.Done():
 					t.Stop()
-					return i.failed(ctx, ctx.Err())
+					return i.failed(ctx, flow.ClientGone, ctx.Err())
 				}
 			}
 			// The stream would end before the tokens come: say so now.
@@ -248,19 +244,23 @@ func (i *interceptor) denied(ctx context.Context, d *core.Decision) error {
 	return DenialStatus(d).Err()
 }
 
-// failed returns the status of a call that could not be decided.
-func (i *interceptor) failed(ctx context.Context, err error) error {
+// failed returns the status of a call that could not be decided, of
+// outcome flow.BadInput, flow.Failed or flow.ClientGone: the error
+// handler's, or the default.
+func (i *interceptor) failed(ctx context.Context, o flow.Outcome, err error) error {
 	if i.onError != nil {
 		if serr := i.onError(ctx, err); serr != nil {
 			return serr
 		}
 	}
-	switch i.m.ErrorStatus(err) {
-	case 400:
+	switch o {
+	case flow.BadInput:
+		// The client's own input: it may read what is wrong with it.
 		return status.Error(codes.InvalidArgument, err.Error())
-	case 0:
+	case flow.ClientGone:
 		return status.FromContextError(err).Err()
 	}
+	// err may name keys, rules or a store address: not for clients.
 	return status.Error(codes.Internal, "ratelimit: the rate limit could not be decided")
 }
 
@@ -272,12 +272,12 @@ const maxFields = 8
 // pushback when denial is set, or nil when there is nothing to send. It
 // allocates the map, one slice for every value and, through Headers, one
 // string.
-func (i *interceptor) metadata(res *keyfuncs.Result, denial bool) metadata.MD {
+func (i *interceptor) metadata(res *flow.Result, denial bool) metadata.MD {
 	var (
 		names, values [maxFields]string
 		n             int
 	)
-	i.m.Headers(res, func(name, value string) {
+	i.engine.Headers(res, func(name, value string) {
 		if n < maxFields-1 {
 			names[n], values[n] = lower(name), value
 			n++
@@ -394,7 +394,8 @@ func quotaFailure(d *core.Decision) *errdetails.QuotaFailure {
 }
 
 // view is the keyfuncs.Request of a call: its context, full method, peer
-// and incoming metadata.
+// and incoming metadata. It is the flow.NativeRequest[*view] that
+// WithKeyFunc's functions read.
 type view struct {
 	ctx        context.Context
 	fullMethod string
@@ -415,6 +416,10 @@ func (v *view) Route() string { return "" }
 
 // FullMethod returns the call's method, "/package.Service/Method".
 func (v *view) FullMethod() string { return v.fullMethod }
+
+// Native returns the view itself, whose context and full method the key
+// functions of WithKeyFunc read.
+func (v *view) Native() *view { return v }
 
 // RemoteAddr returns the address of the peer (peer.FromContext), as
 // net.Addr.String spells it, or "" when there is none. The string is made

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/grpcinterceptor"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -117,7 +118,7 @@ func TestPerMessageFailures(t *testing.T) {
 func TestPerMessageSkip(t *testing.T) {
 	l := frozen(t, core.Rule{Name: "per-stream", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1)})
 	si, err := grpcinterceptor.StreamServerInterceptor(l,
-		grpcinterceptor.WithSkip(func(keyfuncs.Request) bool { return true }),
+		flow.WithSkip(func(keyfuncs.Request) bool { return true }),
 		grpcinterceptor.WithPerMessage(nil))
 	if err != nil {
 		t.Fatal(err)

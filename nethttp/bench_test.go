@@ -5,29 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	"github.com/bucketry/ratelimit/nethttp"
 )
-
-// benchWriter is a ResponseWriter reused across iterations: its header map
-// is cleared, not remade, so that allocations counted are the middleware's,
-// not the writer's.
-type benchWriter struct {
-	h      http.Header
-	status int
-}
-
-func (w *benchWriter) Header() http.Header         { return w.h }
-func (w *benchWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *benchWriter) WriteHeader(status int)      { w.status = status }
-
-func (w *benchWriter) reset() {
-	clear(w.h)
-	w.status = 0
-}
 
 // benchRequest is a request as a ServeMux hands it to a route's handler.
 func benchRequest(peer string) *http.Request {
@@ -48,16 +31,12 @@ var benchNext = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { 
 // set, and "denied" every request answered 429 with its problem body.
 // Parallel runs give each goroutine its own client address.
 func BenchmarkMiddleware(b *testing.B) {
-	lots := core.TokenBucket(core.PerSecond(1<<20), 1<<30)
-	rules := []core.Rule{
-		{Name: "per-ip", Scope: core.ScopeIP, Limit: lots},
-		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lots},
-	}
-	allow, err := nethttp.New(newLimiter(b, rules...))
+	rules := flowtest.BenchRules()
+	allow, err := nethttp.New(flowtest.Limiter(b, rules...))
 	if err != nil {
 		b.Fatal(err)
 	}
-	bareLimiter := newLimiter(b, rules...)
+	bareLimiter := flowtest.Limiter(b, rules...)
 	limiterOnly := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ip, _, _ := strings.Cut(r.RemoteAddr, ":")
 		d, err := bareLimiter.Allow(r.Context(), core.Request{IP: ip, Endpoint: r.Pattern})
@@ -67,51 +46,15 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 		benchNext(w, r)
 	})
-	deny, err := nethttp.New(newLimiter(b,
+	deny, err := nethttp.New(flowtest.Limiter(b,
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerDay(1), 1)},
 	))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, bc := range []struct {
-		name   string
-		h      http.Handler
-		status int
-	}{
-		{"bare", benchNext, http.StatusOK},
-		{"limiter", limiterOnly, http.StatusOK},
-		{"allowed", allow.Handler(benchNext), http.StatusOK},
-		{"denied", deny.Handler(benchNext), http.StatusTooManyRequests},
-	} {
-		b.Run(bc.name+"/serial", func(b *testing.B) {
-			r := benchRequest("192.0.2.1:1234")
-			w := &benchWriter{h: http.Header{}}
-			bc.h.ServeHTTP(w, r) // the denied case's one token
-			b.ReportAllocs()
-			for b.Loop() {
-				w.reset()
-				bc.h.ServeHTTP(w, r)
-				if w.status != bc.status {
-					b.Fatalf("status %d, want %d", w.status, bc.status)
-				}
-			}
-		})
-		b.Run(bc.name+"/parallel", func(b *testing.B) {
-			var peers atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				r := benchRequest(fmt.Sprintf("192.0.2.%d:1234", 2+peers.Add(1)))
-				w := &benchWriter{h: http.Header{}}
-				bc.h.ServeHTTP(w, r)
-				for pb.Next() {
-					w.reset()
-					bc.h.ServeHTTP(w, r)
-					if w.status != bc.status {
-						b.Errorf("status %d, want %d", w.status, bc.status)
-						return
-					}
-				}
-			})
-		})
-	}
+	peer := func(n int) *http.Request { return benchRequest(fmt.Sprintf("192.0.2.%d:1234", 1+n)) }
+	flowtest.BenchHandler(b, "bare", benchNext, http.StatusOK, peer)
+	flowtest.BenchHandler(b, "limiter", limiterOnly, http.StatusOK, peer)
+	flowtest.BenchHandler(b, "allowed", allow.Handler(benchNext), http.StatusOK, peer)
+	flowtest.BenchHandler(b, "denied", deny.Handler(benchNext), http.StatusTooManyRequests, peer)
 }

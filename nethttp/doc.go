@@ -24,19 +24,20 @@
 //
 // By default the ip scope is keyed by the TCP peer (no proxy is trusted, so
 // a forged X-Forwarded-For changes nothing) and the endpoint scope by the
-// route template. WithKey sets a scope's key function from package keyfuncs
-// (keyfuncs.ClientIP with trusted proxies, keyfuncs.Header, keyfuncs.APIKey,
-// keyfuncs.FromContext, ...), which work in every adapter; WithKeyFunc takes
-// a native func(*http.Request) (string, error) instead. WithPlan, WithCost
-// and WithSkip select the plan, price requests and exempt them.
-// WithOptions passes keyfuncs options as they are, so that the net/http,
-// gin, fiber and gRPC middleware of one service share one option list.
+// route template. flow.WithKey sets a scope's key function from package
+// keyfuncs (keyfuncs.ClientIP with trusted proxies, keyfuncs.Header,
+// keyfuncs.APIKey, keyfuncs.FromContext, ...), which work in every adapter;
+// WithKeyFunc takes a native func(*http.Request) (string, error) instead.
+// flow.WithPlan, flow.WithCost and flow.WithSkip select the plan, price
+// requests and exempt them. Those options are package flow's, so the
+// net/http, gin, fiber and gRPC middleware of one service share one option
+// list.
 //
 // # What clients see
 //
 // An allowed response carries X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset (Unix seconds), RateLimit-Policy and RateLimit, as
-// core.HeaderFormat documents (WithHeaderFormat, WithHeadersOnAllow). A
+// core.HeaderFormat documents (flow.WithHeaderFormat, flow.WithHeadersOnAllow). A
 // denied request gets the same fields with Retry-After (whole seconds,
 // rounded up) and Cache-Control: no-store, status 429 and an
 // application/problem+json body of type

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 	"github.com/bucketry/ratelimit/nethttp"
 )
@@ -86,7 +87,7 @@ func ExampleWithKeyFunc() {
 			}
 			return "", keyfuncs.ErrNotApplicable // anonymous: no per-user tier
 		}),
-		nethttp.WithOptions(keyfuncs.WithPlan(plan)),
+		flow.WithPlan(plan),
 	)
 	if err != nil {
 		log.Fatal(err)

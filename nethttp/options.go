@@ -1,130 +1,42 @@
 package nethttp
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/bucketry/ratelimit/core"
-	"github.com/bucketry/ratelimit/keyfuncs"
+	"github.com/bucketry/ratelimit/flow"
 )
 
+// adapter names this package's options, so that flow.New refuses them in
+// another adapter's constructor.
+const adapter = "nethttp"
+
 // Option configures a Middleware; pass options to New. The options that
-// shape the decision (WithKey, WithKeyFunc, WithPlan, WithCost, WithSkip,
-// WithHeaderFormat, WithHeadersOnAllow, WithOptions) are those of
-// keyfuncs.NewMiddleware and mean the same in every adapter; WithKeyFunc,
-// WithDenyHandler and WithErrorHandler take net/http types. Options are
-// applied in order.
-type Option interface{ apply(*config) }
+// shape the decision are those of package flow (flow.WithKey,
+// flow.WithPlan, flow.WithCost, flow.WithSkip, flow.WithHeaderFormat,
+// flow.WithHeadersOnAllow) and mean the same in every adapter; this
+// package adds the ones that take net/http types. Options are applied in
+// order.
+type Option = flow.Option
 
-type config struct {
-	shared  []keyfuncs.Option
-	deny    func(http.ResponseWriter, *http.Request, *core.Decision)
-	onError func(http.ResponseWriter, *http.Request, error)
-	errs    []error
-}
+// DenyHandler answers a request the limiter denied: see WithDenyHandler.
+type DenyHandler = func(w http.ResponseWriter, r *http.Request, d *core.Decision)
 
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
-
-func (c *config) fail(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{core.ErrInvalidOption}, args...)...))
-}
-
-// WithKey sets the key function of scope (core.ScopeUser, core.ScopeIP,
-// core.ScopeEndpoint or a core.Dimension) to a framework-neutral function,
-// as keyfuncs.WithKey does. Without it ScopeIP is keyed by the TCP peer
-// (keyfuncs.ClientIP() trusts no proxy), ScopeEndpoint by the route
-// template (keyfuncs.Endpoint(): "GET /items/{id}", from
-// http.Request.Pattern), and other scopes have no key, which New rejects
-// when the limiter's policy has an enabled rule on them. One scope takes one
-// key function, given by WithKey or WithKeyFunc.
-func WithKey(scope core.Scope, fn keyfuncs.Func) Option {
-	return optionFunc(func(c *config) { c.shared = append(c.shared, keyfuncs.WithKey(scope, fn)) })
-}
+// ErrorHandler answers a request that could not be decided: see
+// WithErrorHandler.
+type ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error)
 
 // WithKeyFunc sets the key function of scope to a native one that reads the
 // *http.Request, for keys that only net/http code can reach. fn returns the
 // identity, keyfuncs.ErrNotApplicable when the tier does not apply to the
 // request (no user on an anonymous request), or another error, which goes to
 // the error handler. It is called on the request's goroutine and must not
-// keep the request. Give each route its own Middleware to key each route its
-// own way.
+// keep the request. One scope takes one key function, given by
+// flow.WithKey or WithKeyFunc. Without either, ScopeIP is keyed by the TCP
+// peer (keyfuncs.ClientIP() trusts no proxy) and ScopeEndpoint by the
+// ServeMux pattern ("GET /items/{id}", from http.Request.Pattern).
 func WithKeyFunc(scope core.Scope, fn func(*http.Request) (string, error)) Option {
-	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("WithKeyFunc(%q): nil key function", scope)
-			return
-		}
-		c.shared = append(c.shared, keyfuncs.WithKey(scope, native(fn)))
-	})
-}
-
-// native adapts a key function over *http.Request to a keyfuncs.Func. The
-// Middleware only ever passes it a request view of this package.
-func native(fn func(*http.Request) (string, error)) keyfuncs.Func {
-	return func(kr keyfuncs.Request) (string, error) {
-		v, ok := kr.(request)
-		if !ok {
-			return "", fmt.Errorf("nethttp: WithKeyFunc: a %T is not a net/http request", kr)
-		}
-		return fn(v.r)
-	}
-}
-
-// WithPlan sets the function that reads the caller's plan ("free", "pro"),
-// which selects the rules that apply; keyfuncs.ErrNotApplicable means no
-// plan, so only the rules for every plan apply. Without it no request has a
-// plan.
-func WithPlan(fn keyfuncs.Func) Option {
-	return optionFunc(func(c *config) { c.shared = append(c.shared, keyfuncs.WithPlan(fn)) })
-}
-
-// WithCost sets the function that prices a request in tokens, from 0 (a
-// read that consumes nothing) to core.MaxCost. Without it every request
-// costs 1. A negative or too large cost is a client error (400 by default);
-// an error from fn is a server error (500 by default).
-func WithCost(fn func(keyfuncs.Request) (int64, error)) Option {
-	return optionFunc(func(c *config) { c.shared = append(c.shared, keyfuncs.WithCost(fn)) })
-}
-
-// WithSkip sets a function that exempts requests from limiting: when it
-// returns true the request goes to the next handler with no decision and no
-// rate-limit header fields. Without it no request is exempt.
-func WithSkip(fn func(keyfuncs.Request) bool) Option {
-	return optionFunc(func(c *config) { c.shared = append(c.shared, keyfuncs.WithSkip(fn)) })
-}
-
-// WithHeaderFormat sets which rate-limit header fields are sent and how (see
-// core.NewHeaderFormat). The default is every field, named as
-// net/http canonicalizes names (core.NamesCanonical: X-Ratelimit-Limit,
-// Ratelimit-Policy), which spares a canonicalization per field and response;
-// field names are case-insensitive (RFC 9110 section 5.1), so clients see no
-// difference. A format with another NameCase works too, at the cost of that
-// canonicalization.
-func WithHeaderFormat(f *core.HeaderFormat) Option {
-	return optionFunc(func(c *config) { c.shared = append(c.shared, keyfuncs.WithHeaderFormat(f)) })
-}
-
-// WithHeadersOnAllow says whether allowed responses carry the rate-limit
-// header fields too; denials always do. The default is true.
-func WithHeadersOnAllow(on bool) Option {
-	return optionFunc(func(c *config) { c.shared = append(c.shared, keyfuncs.WithHeadersOnAllow(on)) })
-}
-
-// WithOptions passes framework-neutral keyfuncs options as they are, in
-// order among the other options: a set of options shared by the net/http,
-// gin, fiber and gRPC middleware of one service is written once.
-func WithOptions(opts ...keyfuncs.Option) Option {
-	return optionFunc(func(c *config) {
-		for i, o := range opts {
-			if o == nil {
-				c.fail("WithOptions: option %d is nil", i)
-				continue
-			}
-			c.shared = append(c.shared, o)
-		}
-	})
+	return flow.NativeKey(adapter, scope, fn)
 }
 
 // WithDenyHandler sets the handler that answers a request the limiter
@@ -134,15 +46,7 @@ func WithOptions(opts ...keyfuncs.Option) Option {
 // already set on w.Header(); it writes the status and the body. d is the
 // denial (d.Reason is core.ReasonUnavailable for a store failure); it is a
 // copy the handler may keep.
-func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d *core.Decision)) Option {
-	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("WithDenyHandler: nil handler")
-			return
-		}
-		c.deny = fn
-	})
-}
+func WithDenyHandler(fn DenyHandler) Option { return flow.DenyHandler(adapter, fn) }
 
 // WithErrorHandler sets the handler that answers a request that could not
 // be decided: a key, plan or cost function failed, the client sent input no
@@ -152,12 +56,4 @@ func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d *core.Dec
 // writes nothing when the context ended (the client is gone), and answers
 // 500 otherwise, each with its status text as a plain-text body, so that no
 // internal detail reaches the client. The next handler is not called.
-func WithErrorHandler(fn func(w http.ResponseWriter, r *http.Request, err error)) Option {
-	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("WithErrorHandler: nil handler")
-			return
-		}
-		c.onError = fn
-	})
-}
+func WithErrorHandler(fn ErrorHandler) Option { return flow.ErrorHandler(adapter, fn) }

@@ -34,3 +34,6 @@ func (v request) RemoteAddr() string { return v.r.RemoteAddr }
 // Values returns the header's field values. The key functions of keyfuncs
 // pass canonical names, which http.Header looks up without allocating.
 func (v request) Values(name string) []string { return v.r.Header.Values(name) }
+
+// Native returns the request, for key functions given with WithKeyFunc.
+func (v request) Native() *http.Request { return v.r }

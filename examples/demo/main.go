@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 	"github.com/bucketry/ratelimit/nethttp"
 )
@@ -115,7 +116,7 @@ func startServer(rules []core.Rule, routes ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rl, err := nethttp.New(limiter, nethttp.WithKey(core.ScopeUser, user), nethttp.WithPlan(plan))
+	rl, err := nethttp.New(limiter, flow.WithKey(core.ScopeUser, user), flow.WithPlan(plan))
 	if err != nil {
 		return nil, err
 	}

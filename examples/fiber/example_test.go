@@ -9,6 +9,7 @@ import (
 
 	"github.com/bucketry/ratelimit/core"
 	fiberlimit "github.com/bucketry/ratelimit/fiber"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
@@ -35,7 +36,7 @@ func Example_quickStart() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rl, err := fiberlimit.New(limiter, fiberlimit.WithKey(core.ScopeUser, user), fiberlimit.WithPlan(plan))
+	rl, err := fiberlimit.New(limiter, flow.WithKey(core.ScopeUser, user), flow.WithPlan(plan))
 	if err != nil {
 		log.Fatal(err)
 	}

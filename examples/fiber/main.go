@@ -28,6 +28,7 @@ import (
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/examples/internal/limits"
 	fiberlimit "github.com/bucketry/ratelimit/fiber"
+	"github.com/bucketry/ratelimit/flow"
 )
 
 func main() {
@@ -79,9 +80,9 @@ func newApp(limiter *core.Limiter) (*fiber.App, error) {
 		return nil, err
 	}
 	rl, err := fiberlimit.New(limiter,
-		fiberlimit.WithKey(core.ScopeUser, user),
-		fiberlimit.WithPlan(plan),
-		fiberlimit.WithKey(limits.Search, limits.OnRoute("/search", user)),
+		flow.WithKey(core.ScopeUser, user),
+		flow.WithPlan(plan),
+		flow.WithKey(limits.Search, limits.OnRoute("/search", user)),
 	)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	ginlimit "github.com/bucketry/ratelimit/gin"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -36,7 +37,7 @@ func Example_quickStart() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rl, err := ginlimit.New(limiter, ginlimit.WithKey(core.ScopeUser, user), ginlimit.WithPlan(plan))
+	rl, err := ginlimit.New(limiter, flow.WithKey(core.ScopeUser, user), flow.WithPlan(plan))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/examples/internal/limits"
+	"github.com/bucketry/ratelimit/flow"
 	ginlimit "github.com/bucketry/ratelimit/gin"
 )
 
@@ -85,9 +86,9 @@ func newHandler(limiter *core.Limiter) (http.Handler, error) {
 		return nil, err
 	}
 	rl, err := ginlimit.New(limiter,
-		ginlimit.WithKey(core.ScopeUser, user),
-		ginlimit.WithPlan(plan),
-		ginlimit.WithKey(limits.Search, limits.OnRoute("/search", user)),
+		flow.WithKey(core.ScopeUser, user),
+		flow.WithPlan(plan),
+		flow.WithKey(limits.Search, limits.OnRoute("/search", user)),
 	)
 	if err != nil {
 		return nil, err

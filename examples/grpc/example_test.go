@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/grpcinterceptor"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -42,7 +43,7 @@ func Example_quickStart() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	unary, err := grpcinterceptor.UnaryServerInterceptor(limiter, grpcinterceptor.WithKey(core.ScopeUser, user), grpcinterceptor.WithPlan(plan))
+	unary, err := grpcinterceptor.UnaryServerInterceptor(limiter, flow.WithKey(core.ScopeUser, user), flow.WithPlan(plan))
 	if err != nil {
 		log.Fatal(err)
 	}

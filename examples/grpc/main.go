@@ -30,6 +30,7 @@ import (
 
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/examples/internal/limits"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/grpcinterceptor"
 )
 
@@ -84,9 +85,9 @@ func newServer(limiter *core.Limiter) (*grpc.Server, error) {
 		return nil, err
 	}
 	unary, err := grpcinterceptor.UnaryServerInterceptor(limiter,
-		grpcinterceptor.WithKey(core.ScopeUser, user),
-		grpcinterceptor.WithPlan(plan),
-		grpcinterceptor.WithKey(limits.Search, limits.OnRoute(searchMethod, user)),
+		flow.WithKey(core.ScopeUser, user),
+		flow.WithPlan(plan),
+		flow.WithKey(limits.Search, limits.OnRoute(searchMethod, user)),
 	)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 	"github.com/bucketry/ratelimit/nethttp"
 )
@@ -34,7 +35,7 @@ func Example_quickStart() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rl, err := nethttp.New(limiter, nethttp.WithKey(core.ScopeUser, user), nethttp.WithPlan(plan))
+	rl, err := nethttp.New(limiter, flow.WithKey(core.ScopeUser, user), flow.WithPlan(plan))
 	if err != nil {
 		log.Fatal(err)
 	}

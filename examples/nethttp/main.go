@@ -26,6 +26,7 @@ import (
 
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/examples/internal/limits"
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/nethttp"
 )
 
@@ -84,9 +85,9 @@ func newHandler(limiter *core.Limiter) (http.Handler, error) {
 		return nil, err
 	}
 	rl, err := nethttp.New(limiter,
-		nethttp.WithKey(core.ScopeUser, user),
-		nethttp.WithPlan(plan),
-		nethttp.WithKey(limits.Search, limits.OnRoute("GET /search", user)),
+		flow.WithKey(core.ScopeUser, user),
+		flow.WithPlan(plan),
+		flow.WithKey(limits.Search, limits.OnRoute("GET /search", user)),
 	)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,13 @@
+module github.com/bucketry/ratelimit/flow
+
+go 1.26.0
+
+require (
+	github.com/bucketry/ratelimit/core v0.0.0
+	github.com/bucketry/ratelimit/keyfuncs v0.0.0
+)
+
+replace (
+	github.com/bucketry/ratelimit/core => ../core
+	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
+)

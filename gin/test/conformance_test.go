@@ -1,0 +1,70 @@
+package ginlimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/bucketry/ratelimit/conformance"
+	"github.com/bucketry/ratelimit/core"
+	ginlimit "github.com/bucketry/ratelimit/gin"
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// TestMain puts gin in test mode: no debug lines for each route.
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	os.Exit(m.Run())
+}
+
+// serveGin is the conformance harness: a gin engine on an httptest server,
+// each route with its own middleware before its handler, at the route's
+// colon pattern. Paths no route matches get gin's 404.
+func serveGin(t testing.TB, routes []conformance.HTTPRoute) string {
+	t.Helper()
+	engine := gin.New()
+	for _, rt := range routes {
+		opts := append([]ginlimit.Option(nil), rt.Options...)
+		if h := rt.NativeUserHeader; h != "" {
+			opts = append(opts, ginlimit.WithKeyFunc(core.ScopeUser, func(c *gin.Context) (string, error) {
+				if v := c.GetHeader(h); v != "" {
+					return v, nil
+				}
+				return "", keyfuncs.ErrNotApplicable
+			}))
+		}
+		if answer := rt.DenyResponse; answer != nil {
+			opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, d *core.Decision) {
+				status, body := answer(d)
+				c.Data(status, "text/plain; charset=utf-8", []byte(body))
+			}))
+		}
+		if answer := rt.ErrorResponse; answer != nil {
+			opts = append(opts, ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
+				status, body := answer(err)
+				c.Data(status, "text/plain; charset=utf-8", []byte(body))
+			}))
+		}
+		mw, err := ginlimit.New(rt.Limiter, opts...)
+		if err != nil {
+			t.Fatalf("ginlimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
+		}
+		next := rt.Handler
+		engine.Handle(rt.Method, rt.ColonPattern(), mw, func(c *gin.Context) {
+			if next != nil {
+				next()
+			}
+			c.String(http.StatusOK, "ok")
+		})
+	}
+	srv := httptest.NewServer(engine)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveGin})
+}
