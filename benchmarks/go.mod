@@ -2,28 +2,15 @@ module github.com/bucketry/ratelimit/benchmarks
 
 go 1.26.0
 
-replace (
-	github.com/bucketry/ratelimit/adapters/goredis => ../adapters/goredis
-	github.com/bucketry/ratelimit/adapters/rueidis => ../adapters/rueidis
-	github.com/bucketry/ratelimit/conformance => ../conformance
-	github.com/bucketry/ratelimit/core => ../core
-	github.com/bucketry/ratelimit/fiber => ../fiber
-	github.com/bucketry/ratelimit/gin => ../gin
-	github.com/bucketry/ratelimit/internal/redisscript => ../internal/redisscript
-	github.com/bucketry/ratelimit/internal/redistest => ../internal/redistest
-	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
-	github.com/bucketry/ratelimit/nethttp => ../nethttp
-)
-
 require (
-	github.com/bucketry/ratelimit/adapters/goredis v0.0.0
-	github.com/bucketry/ratelimit/adapters/rueidis v0.0.0
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/fiber v0.0.0
-	github.com/bucketry/ratelimit/gin v0.0.0
-	github.com/bucketry/ratelimit/internal/redisscript v0.0.0
-	github.com/bucketry/ratelimit/internal/redistest v0.0.0
-	github.com/bucketry/ratelimit/nethttp v0.0.0
+	github.com/bucketry/ratelimit/adapters/goredis v0.1.0
+	github.com/bucketry/ratelimit/adapters/rueidis v0.1.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/fiber v0.1.0
+	github.com/bucketry/ratelimit/gin v0.1.0
+	github.com/bucketry/ratelimit/internal/redisscript v0.1.0
+	github.com/bucketry/ratelimit/internal/redistest v0.1.0
+	github.com/bucketry/ratelimit/nethttp v0.1.0
 	github.com/didip/tollbooth/v7 v7.0.2
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/httprate v0.16.1
@@ -42,7 +29,8 @@ require (
 require (
 	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794 // indirect
 	github.com/andybalholm/brotli v1.1.0 // indirect
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0 // indirect
+	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect

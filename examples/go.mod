@@ -3,16 +3,16 @@ module github.com/bucketry/ratelimit/examples
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/adapters/goredis v0.0.0
-	github.com/bucketry/ratelimit/adapters/rueidis v0.0.0
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/fiber v0.0.0
-	github.com/bucketry/ratelimit/flow v0.0.0
-	github.com/bucketry/ratelimit/gin v0.0.0
-	github.com/bucketry/ratelimit/grpcinterceptor v0.0.0
-	github.com/bucketry/ratelimit/internal/redistest v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
-	github.com/bucketry/ratelimit/nethttp v0.0.0
+	github.com/bucketry/ratelimit/adapters/goredis v0.1.0
+	github.com/bucketry/ratelimit/adapters/rueidis v0.1.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/fiber v0.1.0
+	github.com/bucketry/ratelimit/flow v0.1.0
+	github.com/bucketry/ratelimit/gin v0.1.0
+	github.com/bucketry/ratelimit/grpcinterceptor v0.1.0
+	github.com/bucketry/ratelimit/internal/redistest v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
+	github.com/bucketry/ratelimit/nethttp v0.1.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/redis/go-redis/v9 v9.23.0
@@ -24,7 +24,7 @@ require (
 
 require (
 	github.com/andybalholm/brotli v1.1.0 // indirect
-	github.com/bucketry/ratelimit/internal/redisscript v0.0.0 // indirect
+	github.com/bucketry/ratelimit/internal/redisscript v0.1.0 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect
@@ -63,19 +63,4 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/adapters/goredis => ../adapters/goredis
-	github.com/bucketry/ratelimit/adapters/rueidis => ../adapters/rueidis
-	github.com/bucketry/ratelimit/conformance => ../conformance
-	github.com/bucketry/ratelimit/core => ../core
-	github.com/bucketry/ratelimit/fiber => ../fiber
-	github.com/bucketry/ratelimit/flow => ../flow
-	github.com/bucketry/ratelimit/gin => ../gin
-	github.com/bucketry/ratelimit/grpcinterceptor => ../grpcinterceptor
-	github.com/bucketry/ratelimit/internal/redisscript => ../internal/redisscript
-	github.com/bucketry/ratelimit/internal/redistest => ../internal/redistest
-	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
-	github.com/bucketry/ratelimit/nethttp => ../nethttp
 )

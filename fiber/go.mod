@@ -3,9 +3,9 @@ module github.com/bucketry/ratelimit/fiber
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/flow v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/flow v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/valyala/fasthttp v1.51.0
 )
@@ -23,10 +23,4 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/tcplisten v1.0.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/core => ../core
-	github.com/bucketry/ratelimit/flow => ../flow
-	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
 )

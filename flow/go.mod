@@ -3,11 +3,6 @@ module github.com/bucketry/ratelimit/flow
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
-)
-
-replace (
-	github.com/bucketry/ratelimit/core => ../core
-	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
 )

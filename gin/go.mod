@@ -3,9 +3,9 @@ module github.com/bucketry/ratelimit/gin
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/flow v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/flow v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
 	github.com/gin-gonic/gin v1.12.0
 )
 
@@ -39,10 +39,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/core => ../core
-	github.com/bucketry/ratelimit/flow => ../flow
-	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
 )

@@ -3,9 +3,9 @@ module github.com/bucketry/ratelimit/grpcinterceptor
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/flow v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/flow v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -15,10 +15,4 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/core => ../core
-	github.com/bucketry/ratelimit/flow => ../flow
-	github.com/bucketry/ratelimit/keyfuncs => ../keyfuncs
 )

@@ -2,6 +2,4 @@ module github.com/bucketry/ratelimit/keyfuncs
 
 go 1.26.0
 
-require github.com/bucketry/ratelimit/core v0.0.0
-
-replace github.com/bucketry/ratelimit/core => ../core
+require github.com/bucketry/ratelimit/core v0.1.0

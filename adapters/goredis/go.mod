@@ -3,8 +3,8 @@ module github.com/bucketry/ratelimit/adapters/goredis
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/internal/redisscript v0.0.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/internal/redisscript v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -12,9 +12,4 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/core => ../../core
-	github.com/bucketry/ratelimit/internal/redisscript => ../../internal/redisscript
 )

@@ -3,20 +3,20 @@ module github.com/bucketry/ratelimit/adapters/redistests
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/adapters/goredis v0.0.0
-	github.com/bucketry/ratelimit/adapters/rueidis v0.0.0
-	github.com/bucketry/ratelimit/conformance v0.0.0
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/internal/redisscript v0.0.0
-	github.com/bucketry/ratelimit/internal/redistest v0.0.0
+	github.com/bucketry/ratelimit/adapters/goredis v0.1.0
+	github.com/bucketry/ratelimit/adapters/rueidis v0.1.0
+	github.com/bucketry/ratelimit/conformance v0.1.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/internal/redisscript v0.1.0
+	github.com/bucketry/ratelimit/internal/redistest v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	go.uber.org/goleak v1.3.0
 )
 
 require (
-	github.com/bucketry/ratelimit/flow v0.0.0 // indirect
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0 // indirect
+	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/mock v0.6.0 // indirect
@@ -26,15 +26,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/adapters/goredis => ../goredis
-	github.com/bucketry/ratelimit/adapters/rueidis => ../rueidis
-	github.com/bucketry/ratelimit/conformance => ../../conformance
-	github.com/bucketry/ratelimit/core => ../../core
-	github.com/bucketry/ratelimit/flow => ../../flow
-	github.com/bucketry/ratelimit/internal/redisscript => ../../internal/redisscript
-	github.com/bucketry/ratelimit/internal/redistest => ../../internal/redistest
-	github.com/bucketry/ratelimit/keyfuncs => ../../keyfuncs
 )

@@ -3,16 +3,16 @@ module github.com/bucketry/ratelimit/fiber/test
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/conformance v0.0.0
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/fiber v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
+	github.com/bucketry/ratelimit/conformance v0.1.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/fiber v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
 	github.com/gofiber/fiber/v2 v2.52.15
 )
 
 require (
 	github.com/andybalholm/brotli v1.1.0 // indirect
-	github.com/bucketry/ratelimit/flow v0.0.0 // indirect
+	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.17.9 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
@@ -29,12 +29,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/conformance => ../../conformance
-	github.com/bucketry/ratelimit/core => ../../core
-	github.com/bucketry/ratelimit/fiber => ..
-	github.com/bucketry/ratelimit/flow => ../../flow
-	github.com/bucketry/ratelimit/keyfuncs => ../../keyfuncs
 )

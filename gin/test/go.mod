@@ -3,15 +3,15 @@ module github.com/bucketry/ratelimit/gin/test
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/conformance v0.0.0
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/gin v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
+	github.com/bucketry/ratelimit/conformance v0.1.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/gin v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
 	github.com/gin-gonic/gin v1.12.0
 )
 
 require (
-	github.com/bucketry/ratelimit/flow v0.0.0 // indirect
+	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect
@@ -44,12 +44,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/conformance => ../../conformance
-	github.com/bucketry/ratelimit/core => ../../core
-	github.com/bucketry/ratelimit/flow => ../../flow
-	github.com/bucketry/ratelimit/gin => ..
-	github.com/bucketry/ratelimit/keyfuncs => ../../keyfuncs
 )

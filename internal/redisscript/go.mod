@@ -2,6 +2,4 @@ module github.com/bucketry/ratelimit/internal/redisscript
 
 go 1.25
 
-require github.com/bucketry/ratelimit/core v0.0.0
-
-replace github.com/bucketry/ratelimit/core => ../../core
+require github.com/bucketry/ratelimit/core v0.1.0

@@ -3,14 +3,14 @@ module github.com/bucketry/ratelimit/nethttp/test
 go 1.26.0
 
 require (
-	github.com/bucketry/ratelimit/conformance v0.0.0
-	github.com/bucketry/ratelimit/core v0.0.0
-	github.com/bucketry/ratelimit/keyfuncs v0.0.0
-	github.com/bucketry/ratelimit/nethttp v0.0.0
+	github.com/bucketry/ratelimit/conformance v0.1.0
+	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0
+	github.com/bucketry/ratelimit/nethttp v0.1.0
 )
 
 require (
-	github.com/bucketry/ratelimit/flow v0.0.0 // indirect
+	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
 	go.uber.org/mock v0.6.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
@@ -18,12 +18,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/bucketry/ratelimit/conformance => ../../conformance
-	github.com/bucketry/ratelimit/core => ../../core
-	github.com/bucketry/ratelimit/flow => ../../flow
-	github.com/bucketry/ratelimit/keyfuncs => ../../keyfuncs
-	github.com/bucketry/ratelimit/nethttp => ..
 )
