@@ -63,7 +63,7 @@ func BenchmarkClientIP(b *testing.B) {
 
 func BenchmarkBearerToken(b *testing.B) {
 	r := Static{Header: map[string][]string{"Authorization": {"Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2ln"}}}
-	benchFunc(b, BearerToken(WithShortHash()), r, "b4c65f950b05ab31ad61e1817d9907c2")
+	benchFunc(b, must(BearerToken(WithShortHash())), r, "b4c65f950b05ab31ad61e1817d9907c2")
 }
 
 func BenchmarkCompose(b *testing.B) {

@@ -39,7 +39,10 @@ func ExampleClientIP() {
 // The bearer token is keyed by its hash; a request without one is not
 // subject to the per-token tier.
 func ExampleBearerToken() {
-	token := keyfuncs.BearerToken(keyfuncs.WithShortHash())
+	token, err := keyfuncs.BearerToken(keyfuncs.WithShortHash())
+	if err != nil {
+		panic(err)
+	}
 	key, err := token(keyfuncs.Static{Header: map[string][]string{"Authorization": {"Bearer s3cr3t-token"}}})
 	fmt.Println(key, err)
 	_, err = token(keyfuncs.Static{})

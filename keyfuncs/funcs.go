@@ -70,14 +70,15 @@ func WithShortHash() HashOption {
 	return hashOptionFunc(func(c *hashConfig) { c.short = true })
 }
 
-func hashConfigOf(opts []HashOption) hashConfig {
+func hashConfigOf(name string, opts []HashOption) (hashConfig, error) {
 	var c hashConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyHash(&c)
+	for i, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: %s: option %d is nil", ErrInvalidOption, name, i)
 		}
+		o.applyHash(&c)
 	}
-	return c
+	return c, nil
 }
 
 // hash returns the lower-case hex SHA-256 of s, or its first 32 characters.
@@ -105,13 +106,16 @@ func (c hashConfig) hash(s string) string {
 // hex characters (32 with WithShortHash). The raw key is never returned or
 // kept. It returns ErrNotApplicable when the header is absent or empty.
 // APIKey returns an error wrapping ErrInvalidOption when header is not a
-// valid header name; nil options are ignored.
+// valid header name or an option is nil.
 func APIKey(header string, opts ...HashOption) (Func, error) {
 	if !isToken(header) {
 		return nil, fmt.Errorf("%w: APIKey: %q is not a header name", ErrInvalidOption, header)
 	}
 	header = textproto.CanonicalMIMEHeaderKey(header)
-	c := hashConfigOf(opts)
+	c, err := hashConfigOf("APIKey", opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(r Request) (string, error) {
 		v, err := first(r, header)
 		if err != nil {
@@ -127,10 +131,13 @@ func APIKey(header string, opts ...HashOption) (Func, error) {
 // with WithShortHash). The raw token is never returned or kept. It returns
 // ErrNotApplicable when there is no Authorization header, when it uses
 // another scheme, and when it is malformed: the token is not this tier's to
-// judge, and authentication rejects the request anyway. Nil options are
-// ignored.
-func BearerToken(opts ...HashOption) Func {
-	c := hashConfigOf(opts)
+// judge, and authentication rejects the request anyway. It returns an error
+// wrapping ErrInvalidOption when an option is nil.
+func BearerToken(opts ...HashOption) (Func, error) {
+	c, err := hashConfigOf("BearerToken", opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(r Request) (string, error) {
 		vs := r.Values("Authorization")
 		if len(vs) == 0 {
@@ -141,7 +148,7 @@ func BearerToken(opts ...HashOption) Func {
 			return "", ErrNotApplicable
 		}
 		return c.hash(tok), nil
-	}
+	}, nil
 }
 
 // bearer returns the token of a "Bearer" credential: the scheme, one or

@@ -105,26 +105,26 @@ func TestHashedCredentials(t *testing.T) {
 		{"APIKey first of several", must(APIKey("X-API-Key")), Static{Header: map[string][]string{"X-Api-Key": {secret, "other"}}}, hash, nil},
 		{"APIKey absent", must(APIKey("X-API-Key")), Static{}, "", ErrNotApplicable},
 		{"APIKey empty", must(APIKey("X-API-Key")), Static{Header: map[string][]string{"X-Api-Key": {""}}}, "", ErrNotApplicable},
-		{"Bearer", BearerToken(), auth("Bearer " + secret), hash, nil},
-		{"Bearer short", BearerToken(WithShortHash()), auth("Bearer " + secret), short, nil},
-		{"Bearer scheme case-insensitive", BearerToken(), auth("bEaReR " + secret), hash, nil},
-		{"Bearer several spaces", BearerToken(), auth("Bearer   " + secret), hash, nil},
-		{"Bearer surrounding blanks", BearerToken(), auth(" Bearer " + secret + "\t"), hash, nil},
-		{"Bearer first line", BearerToken(), auth("Bearer "+secret, "Bearer other"), hash, nil},
-		{"Bearer b64token with padding", BearerToken(), auth("Bearer aB9-._~+/=="), hashConfig{}.hash("aB9-._~+/=="), nil},
-		{"Bearer JWT", BearerToken(), auth("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2ln"), hashConfig{}.hash("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2ln"), nil},
-		{"no Authorization", BearerToken(), Static{}, "", ErrNotApplicable},
-		{"empty Authorization", BearerToken(), auth(""), "", ErrNotApplicable},
-		{"Basic scheme", BearerToken(), auth("Basic dXNlcjpwYXNz"), "", ErrNotApplicable},
-		{"scheme only", BearerToken(), auth("Bearer"), "", ErrNotApplicable},
-		{"scheme and blank", BearerToken(), auth("Bearer "), "", ErrNotApplicable},
-		{"no space", BearerToken(), auth("Bearer" + secret), "", ErrNotApplicable},
-		{"tab instead of space", BearerToken(), auth("Bearer\t" + secret), "", ErrNotApplicable},
-		{"space in token", BearerToken(), auth("Bearer abc def"), "", ErrNotApplicable},
-		{"padding only", BearerToken(), auth("Bearer =="), "", ErrNotApplicable},
-		{"padding inside", BearerToken(), auth("Bearer ab=cd"), "", ErrNotApplicable},
-		{"bad character", BearerToken(), auth("Bearer abc,def"), "", ErrNotApplicable},
-		{"token only", BearerToken(), auth(secret), "", ErrNotApplicable},
+		{"Bearer", must(BearerToken()), auth("Bearer " + secret), hash, nil},
+		{"Bearer short", must(BearerToken(WithShortHash())), auth("Bearer " + secret), short, nil},
+		{"Bearer scheme case-insensitive", must(BearerToken()), auth("bEaReR " + secret), hash, nil},
+		{"Bearer several spaces", must(BearerToken()), auth("Bearer   " + secret), hash, nil},
+		{"Bearer surrounding blanks", must(BearerToken()), auth(" Bearer " + secret + "\t"), hash, nil},
+		{"Bearer first line", must(BearerToken()), auth("Bearer "+secret, "Bearer other"), hash, nil},
+		{"Bearer b64token with padding", must(BearerToken()), auth("Bearer aB9-._~+/=="), hashConfig{}.hash("aB9-._~+/=="), nil},
+		{"Bearer JWT", must(BearerToken()), auth("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2ln"), hashConfig{}.hash("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2ln"), nil},
+		{"no Authorization", must(BearerToken()), Static{}, "", ErrNotApplicable},
+		{"empty Authorization", must(BearerToken()), auth(""), "", ErrNotApplicable},
+		{"Basic scheme", must(BearerToken()), auth("Basic dXNlcjpwYXNz"), "", ErrNotApplicable},
+		{"scheme only", must(BearerToken()), auth("Bearer"), "", ErrNotApplicable},
+		{"scheme and blank", must(BearerToken()), auth("Bearer "), "", ErrNotApplicable},
+		{"no space", must(BearerToken()), auth("Bearer" + secret), "", ErrNotApplicable},
+		{"tab instead of space", must(BearerToken()), auth("Bearer\t" + secret), "", ErrNotApplicable},
+		{"space in token", must(BearerToken()), auth("Bearer abc def"), "", ErrNotApplicable},
+		{"padding only", must(BearerToken()), auth("Bearer =="), "", ErrNotApplicable},
+		{"padding inside", must(BearerToken()), auth("Bearer ab=cd"), "", ErrNotApplicable},
+		{"bad character", must(BearerToken()), auth("Bearer abc,def"), "", ErrNotApplicable},
+		{"token only", must(BearerToken()), auth(secret), "", ErrNotApplicable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -342,7 +342,7 @@ func TestConcurrentUse(t *testing.T) {
 		must(ClientIP(proxies, WithIPv6Prefix(64))),
 		must(Header("X-Tenant")),
 		must(APIKey("X-API-Key")),
-		BearerToken(),
+		must(BearerToken()),
 		Route(), Method(), MethodAndRoute(), Endpoint(), GRPCMethod(),
 		must(Constant("global")),
 		must(FromContext(key)),
@@ -378,4 +378,22 @@ func TestConcurrentUse(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestHashOptionsNil(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func() (Func, error)
+		in   string
+	}{
+		{"APIKey", func() (Func, error) { return APIKey("X-API-Key", WithShortHash(), nil) }, "APIKey: option 1 is nil"},
+		{"BearerToken", func() (Func, error) { return BearerToken(nil) }, "BearerToken: option 0 is nil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fn, err := tc.make()
+			if fn != nil || !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
+				t.Fatalf("%s with a nil option = %v, %v; want ErrInvalidOption mentioning %q", tc.name, fn != nil, err, tc.in)
+			}
+		})
+	}
 }

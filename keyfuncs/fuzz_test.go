@@ -382,7 +382,7 @@ func FuzzBearerToken(f *testing.F) {
 		f.Add(s)
 	}
 	ref := regexp.MustCompile(`^[ \t]*(?i:bearer) +([A-Za-z0-9._~+/-]+=*)[ \t]*$`)
-	fn, short := BearerToken(), BearerToken(WithShortHash())
+	fn, short := must(BearerToken()), must(BearerToken(WithShortHash()))
 	f.Fuzz(func(t *testing.T, v string) {
 		r := Static{Header: map[string][]string{"Authorization": {v}}}
 		got, err := fn(r)

@@ -80,7 +80,10 @@ func Keys() (user, plan keyfuncs.Func, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	token := keyfuncs.BearerToken()
+	token, err := keyfuncs.BearerToken()
+	if err != nil {
+		return nil, nil, err
+	}
 	user = func(r keyfuncs.Request) (string, error) {
 		u, err := userField(r)
 		if errors.Is(err, keyfuncs.ErrNotApplicable) {

@@ -18,7 +18,11 @@ func TestKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, err := keyfuncs.BearerToken()(keyfuncs.Static{Header: map[string][]string{"Authorization": {"Bearer s3cret"}}})
+	bearer, err := keyfuncs.BearerToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := bearer(keyfuncs.Static{Header: map[string][]string{"Authorization": {"Bearer s3cret"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
