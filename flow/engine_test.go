@@ -38,7 +38,7 @@ func userRequest(user string) keyfuncs.Static {
 	return keyfuncs.Static{Ctx: ctx, HTTPMethod: "GET", RouteTemplate: "/items/:id", Peer: "192.0.2.1:1234"}
 }
 
-func TestNewMiddlewareRejects(t *testing.T) {
+func TestNewRejects(t *testing.T) {
 	l := flowLimiter(t, nil, perUser)
 	user := FromContextMust(t, ctxUser{})
 	tests := []struct {

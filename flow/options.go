@@ -106,11 +106,13 @@ func WithSkip(fn func(keyfuncs.Request) bool) Option {
 }
 
 // WithHeaderFormat sets which rate-limit header fields are sent and how
-// (see core.NewHeaderFormat). Each adapter has its default: every field,
-// with names as net/http canonicalizes them for the HTTP adapters
-// (core.NamesCanonical: field names are case-insensitive, RFC 9110 section
-// 5.1, and canonical names spare a conversion per response), lower-case
-// names without Retry-After and Cache-Control for gRPC.
+// (see core.NewHeaderFormat). Each adapter has its default, which its
+// documentation states: every field, with names as net/http canonicalizes
+// them for nethttp and gin (core.NamesCanonical: field names are
+// case-insensitive, RFC 9110 section 5.1, and canonical names spare a
+// conversion per response), names as specified for fiber (fasthttp
+// normalizes them), lower-case names without Retry-After and Cache-Control
+// for gRPC. Without an adapter default, core.NewHeaderFormat().
 func WithHeaderFormat(f *core.HeaderFormat) Option {
 	return optionFunc(func(c *config) {
 		if f == nil {
