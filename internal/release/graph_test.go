@@ -48,6 +48,7 @@ func TestKindOf(t *testing.T) {
 		{"internal/release", TestOrTool},
 		{"internal/redistest", TestOrTool},
 		{"adapters/redistests", TestOrTool},
+		{"adapters/test", TestOrTool},
 		{"gin/test", TestOrTool},
 		{"echo", Unknown},
 		{"adapters/postgres", Unknown},

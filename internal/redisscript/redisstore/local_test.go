@@ -7,7 +7,7 @@ import (
 
 // These tests check the bookkeeping of the local denial cache without
 // Redis: which cached values it accepts after which sequence of replies. The
-// Redis-backed behaviour is in the rueidis store tests (adapters/redistests/rueidis).
+// Redis-backed behaviour is in the rueidis store tests (adapters/test/rueidis).
 
 var base = time.Unix(1_000_000, 0)
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/bucketry/ratelimit/adapters/redistests"
 	rstore "github.com/bucketry/ratelimit/adapters/rueidis"
+	redistests "github.com/bucketry/ratelimit/adapters/test"
 	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redisscript"

@@ -1,4 +1,4 @@
-module github.com/bucketry/ratelimit/adapters/redistests
+module github.com/bucketry/ratelimit/adapters/test
 
 go 1.26.0
 

@@ -21,7 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bucketry/ratelimit/adapters/goredis"
-	"github.com/bucketry/ratelimit/adapters/redistests"
+	redistests "github.com/bucketry/ratelimit/adapters/test"
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redisscript"
 	"github.com/bucketry/ratelimit/internal/redistest"

@@ -6,7 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketry/ratelimit/adapters/goredis"
-	"github.com/bucketry/ratelimit/adapters/redistests"
+	redistests "github.com/bucketry/ratelimit/adapters/test"
 	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redistest"

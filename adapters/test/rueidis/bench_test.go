@@ -3,8 +3,8 @@ package rueidis_test
 import (
 	"testing"
 
-	"github.com/bucketry/ratelimit/adapters/redistests"
 	rstore "github.com/bucketry/ratelimit/adapters/rueidis"
+	redistests "github.com/bucketry/ratelimit/adapters/test"
 )
 
 // benchAllow measures decisions through a core.Limiter on the shared
