@@ -1,4 +1,4 @@
-package flow
+package flow_test
 
 import (
 	"bytes"
@@ -10,21 +10,10 @@ import (
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
-
-func flowLimiter(t *testing.T, opts []core.Option, rules ...core.Rule) *core.Limiter {
-	t.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := core.NewLimiter(p, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(1), 2)}
 
@@ -39,30 +28,30 @@ func userRequest(user string) keyfuncs.Static {
 }
 
 func TestNewRejects(t *testing.T) {
-	l := flowLimiter(t, nil, perUser)
+	l := flowtest.LimiterWith(t, nil, perUser)
 	user := FromContextMust(t, ctxUser{})
 	tests := []struct {
 		name string
 		l    *core.Limiter
-		opts []Option
+		opts []flow.Option
 		in   string
 	}{
-		{"nil limiter", nil, []Option{WithKey(core.ScopeUser, user)}, "nil limiter"},
+		{"nil limiter", nil, []flow.Option{flow.WithKey(core.ScopeUser, user)}, "nil limiter"},
 		{"rule without key function", l, nil, `rule "per-user" limits scope "user", which has no key function`},
-		{"nil key function", l, []Option{WithKey(core.ScopeUser, nil)}, "nil key function"},
-		{"global key", l, []Option{WithKey(core.ScopeUser, user), WithKey(core.ScopeGlobal, user)}, "want user, ip, endpoint"},
-		{"unknown scope", l, []Option{WithKey("usr", user)}, "want user, ip, endpoint"},
-		{"scope twice", l, []Option{WithKey(core.ScopeUser, user), WithKey(core.ScopeUser, user)}, "given twice"},
-		{"nil plan", l, []Option{WithKey(core.ScopeUser, user), WithPlan(nil)}, "WithPlan"},
-		{"nil cost", l, []Option{WithKey(core.ScopeUser, user), WithCost(nil)}, "WithCost"},
-		{"nil skip", l, []Option{WithKey(core.ScopeUser, user), WithSkip(nil)}, "WithSkip"},
-		{"nil format", l, []Option{WithKey(core.ScopeUser, user), WithHeaderFormat(nil)}, "WithHeaderFormat"},
+		{"nil key function", l, []flow.Option{flow.WithKey(core.ScopeUser, nil)}, "nil key function"},
+		{"global key", l, []flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithKey(core.ScopeGlobal, user)}, "want user, ip, endpoint"},
+		{"unknown scope", l, []flow.Option{flow.WithKey("usr", user)}, "want user, ip, endpoint"},
+		{"scope twice", l, []flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithKey(core.ScopeUser, user)}, "given twice"},
+		{"nil plan", l, []flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithPlan(nil)}, "WithPlan"},
+		{"nil cost", l, []flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithCost(nil)}, "WithCost"},
+		{"nil skip", l, []flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithSkip(nil)}, "WithSkip"},
+		{"nil format", l, []flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithHeaderFormat(nil)}, "WithHeaderFormat"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := New(tc.l, "test", nil, tc.opts...)
+			m, err := flow.New(tc.l, "test", nil, tc.opts...)
 			if m != nil || !errors.Is(err, core.ErrInvalidOption) || !strings.Contains(err.Error(), tc.in) {
-				t.Fatalf("New = %v, %v; want ErrInvalidOption mentioning %q", m, err, tc.in)
+				t.Fatalf("flow.New = %v, %v; want ErrInvalidOption mentioning %q", m, err, tc.in)
 			}
 		})
 	}
@@ -78,7 +67,7 @@ func FromContextMust(t *testing.T, key any) keyfuncs.Func {
 }
 
 func TestCheck(t *testing.T) {
-	l := flowLimiter(t, nil,
+	l := flowtest.LimiterWith(t, nil,
 		perUser,
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 3)},
 		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 100)},
@@ -86,41 +75,41 @@ func TestCheck(t *testing.T) {
 		core.Rule{Name: "pro-only", Scope: core.ScopeGlobal, Plan: "pro", Limit: core.TokenBucket(core.PerMinute(1), 1)},
 	)
 	tenant, _ := keyfuncs.Header("X-Tenant")
-	m, err := New(l, "test", nil,
-		WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})),
-		WithKey(core.Dimension("tenant"), tenant),
-		WithPlan(func(r keyfuncs.Request) (string, error) {
+	m, err := flow.New(l, "test", nil,
+		flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})),
+		flow.WithKey(core.Dimension("tenant"), tenant),
+		flow.WithPlan(func(r keyfuncs.Request) (string, error) {
 			if v := r.Values("X-Plan"); len(v) > 0 {
 				return v[0], nil
 			}
 			return "", keyfuncs.ErrNotApplicable
 		}),
-		WithCost(func(r keyfuncs.Request) (int64, error) {
+		flow.WithCost(func(r keyfuncs.Request) (int64, error) {
 			if len(r.Values("X-Expensive")) > 0 {
 				return 2, nil
 			}
 			return 1, nil
 		}),
-		WithSkip(func(r keyfuncs.Request) bool { return len(r.Values("X-Internal")) > 0 }),
+		flow.WithSkip(func(r keyfuncs.Request) bool { return len(r.Values("X-Internal")) > 0 }),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	alice := userRequest("alice")
 	res := m.Check(alice)
-	if res.Outcome != Proceed || res.Err != nil || len(res.Decision.Tiers()) != 3 {
+	if res.Outcome != flow.Proceed || res.Err != nil || len(res.Decision.Tiers()) != 3 {
 		t.Fatalf("alice: %+v; want allowed by user, ip and endpoint tiers", res)
 	}
 	res = m.Check(alice)
-	if res.Outcome != Proceed || res.Decision.Rule != "per-user" || res.Decision.Remaining != 0 {
+	if res.Outcome != flow.Proceed || res.Decision.Rule != "per-user" || res.Decision.Remaining != 0 {
 		t.Fatalf("alice again: %+v", res.Decision)
 	}
-	if res = m.Check(alice); res.Outcome == Proceed || res.Decision.Rule != "per-user" {
+	if res = m.Check(alice); res.Outcome == flow.Proceed || res.Decision.Rule != "per-user" {
 		t.Fatalf("alice third: %+v, want denied by per-user", res.Decision)
 	}
 	// Anonymous: the per-user tier does not apply; per-ip has 1 left.
 	anon := userRequest("")
-	if res = m.Check(anon); res.Outcome != Proceed || res.Decision.Rule != "per-ip" || res.Decision.Remaining != 0 {
+	if res = m.Check(anon); res.Outcome != flow.Proceed || res.Decision.Rule != "per-ip" || res.Decision.Remaining != 0 {
 		t.Fatalf("anonymous: %+v, want allowed by per-ip with 0 left", res.Decision)
 	}
 	// Skipped requests get no decision and no headers.
@@ -129,46 +118,46 @@ func TestCheck(t *testing.T) {
 	res = m.Check(skipped)
 	headers := 0
 	m.Headers(&res, func(string, string) { headers++ })
-	if res.Outcome != Skipped || headers != 0 {
+	if res.Outcome != flow.Skipped || headers != 0 {
 		t.Fatalf("skipped: %+v, %d headers", res, headers)
 	}
 	// A dimension and a plan.
 	pro := userRequest("bob")
 	pro.Peer = "192.0.2.2:1"
 	pro.Header = map[string][]string{"X-Tenant": {"acme"}, "X-Plan": {"pro"}}
-	if res = m.Check(pro); res.Outcome != Proceed || len(res.Decision.Tiers()) != 5 {
+	if res = m.Check(pro); res.Outcome != flow.Proceed || len(res.Decision.Tiers()) != 5 {
 		t.Fatalf("pro with tenant: %+v, want 5 tiers", res.Decision)
 	}
-	if res = m.Check(pro); res.Outcome == Proceed || res.Decision.Rule != "pro-only" {
+	if res = m.Check(pro); res.Outcome == flow.Proceed || res.Decision.Rule != "pro-only" {
 		t.Fatalf("pro again: %+v, want denied by pro-only", res.Decision)
 	}
 	// Cost.
 	exp := userRequest("carol")
 	exp.Peer = "192.0.2.3:1"
 	exp.Header = map[string][]string{"X-Expensive": {"1"}}
-	if res = m.Check(exp); res.Outcome != Proceed || res.Decision.Cost != 2 || res.Decision.Remaining != 0 {
+	if res = m.Check(exp); res.Outcome != flow.Proceed || res.Decision.Cost != 2 || res.Decision.Remaining != 0 {
 		t.Fatalf("cost 2: %+v", res.Decision)
 	}
 }
 
 func TestCheckErrors(t *testing.T) {
-	l := flowLimiter(t, nil, perUser)
+	l := flowtest.LimiterWith(t, nil, perUser)
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name string
-		opts []Option
+		opts []flow.Option
 		req  keyfuncs.Request
-		want Outcome
+		want flow.Outcome
 	}{
-		{"key function fails", []Option{WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), Failed},
-		{"empty key", []Option{WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", nil })}, userRequest("a"), BadInput},
-		{"key too long", []Option{WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return strings.Repeat("x", core.MaxKeyLen+1), nil })}, userRequest("a"), BadInput},
-		{"negative cost", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithCost(func(keyfuncs.Request) (int64, error) { return -1, nil })}, userRequest("a"), BadInput},
-		{"plan fails", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithPlan(func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), Failed},
-		{"no client address", []Option{WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, keyfuncs.Static{Peer: "@unix"}, BadInput},
+		{"key function fails", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), flow.Failed},
+		{"empty key", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", nil })}, userRequest("a"), flow.BadInput},
+		{"key too long", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return strings.Repeat("x", core.MaxKeyLen+1), nil })}, userRequest("a"), flow.BadInput},
+		{"negative cost", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithCost(func(keyfuncs.Request) (int64, error) { return -1, nil })}, userRequest("a"), flow.BadInput},
+		{"plan fails", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithPlan(func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), flow.Failed},
+		{"no client address", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, keyfuncs.Static{Peer: "@unix"}, flow.BadInput},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := New(l, "test", nil, tc.opts...)
+			m, err := flow.New(l, "test", nil, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,13 +174,13 @@ type downStore struct{}
 func (downStore) Take(context.Context, *core.Take) error { return errors.New("connection refused") }
 
 func TestCheckFailClosed(t *testing.T) {
-	l := flowLimiter(t, []core.Option{core.WithStore(downStore{}), core.WithFailureMode(core.FailClosed)}, perUser)
-	m, err := New(l, "test", nil, WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})))
+	l := flowtest.LimiterWith(t, []core.Option{core.WithStore(downStore{}), core.WithFailureMode(core.FailClosed)}, perUser)
+	m, err := flow.New(l, "test", nil, flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := m.Check(userRequest("a"))
-	if res.Outcome != Unavailable || res.Err != nil || res.Decision.Reason != core.ReasonUnavailable {
+	if res.Outcome != flow.Unavailable || res.Err != nil || res.Decision.Reason != core.ReasonUnavailable {
 		t.Fatalf("Check = %+v, want a 503 denial", res)
 	}
 	var body bytes.Buffer
@@ -211,9 +200,9 @@ func TestCheckFailClosed(t *testing.T) {
 }
 
 func TestCheckDenialAndHeaders(t *testing.T) {
-	l := flowLimiter(t, nil, perUser)
+	l := flowtest.LimiterWith(t, nil, perUser)
 	for _, onAllow := range []bool{true, false} {
-		m, err := New(l, "test", nil, WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), WithHeadersOnAllow(onAllow))
+		m, err := flow.New(l, "test", nil, flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithHeadersOnAllow(onAllow))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +211,7 @@ func TestCheckDenialAndHeaders(t *testing.T) {
 		res := m.Check(userRequest(user))
 		m.Headers(&res, func(string, string) { allowHeaders++ })
 		if onAllow != (allowHeaders > 0) {
-			t.Errorf("WithHeadersOnAllow(%v): %d headers on an allowed response", onAllow, allowHeaders)
+			t.Errorf("flow.WithHeadersOnAllow(%v): %d headers on an allowed response", onAllow, allowHeaders)
 		}
 		m.Check(userRequest(user))
 		res = m.Check(userRequest(user))
@@ -233,7 +222,7 @@ func TestCheckDenialAndHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		status := res.Outcome.HTTPStatus()
-		if res.Outcome != Denied || status != 429 || got["Retry-After"] == "" || got["X-RateLimit-Remaining"] != "0" || !strings.Contains(body.String(), `"violated-policies":["per-user"]`) {
+		if res.Outcome != flow.Denied || status != 429 || got["Retry-After"] == "" || got["X-RateLimit-Remaining"] != "0" || !strings.Contains(body.String(), `"violated-policies":["per-user"]`) {
 			t.Errorf("denial: status %d headers %v body %s", status, got, body.String())
 		}
 	}
@@ -241,14 +230,14 @@ func TestCheckDenialAndHeaders(t *testing.T) {
 
 func TestCheckShapingDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := flowLimiter(t, nil, core.Rule{Name: "queue", Scope: core.ScopeGlobal, Limit: core.Shaping(core.PerSecond(10), 1, time.Second)})
-		m, err := New(l, "test", nil)
+		l := flowtest.LimiterWith(t, nil, core.Rule{Name: "queue", Scope: core.ScopeGlobal, Limit: core.Shaping(core.PerSecond(10), 1, time.Second)})
+		m, err := flow.New(l, "test", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
 		for range 3 {
-			if res := m.Check(userRequest("")); res.Outcome != Proceed {
+			if res := m.Check(userRequest("")); res.Outcome != flow.Proceed {
 				t.Fatalf("Check = %+v", res)
 			}
 		}
@@ -259,7 +248,7 @@ func TestCheckShapingDelay(t *testing.T) {
 		req := userRequest("")
 		req.Ctx = ctx
 		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-		if res := m.Check(req); !errors.Is(res.Err, context.Canceled) || res.Outcome != ClientGone {
+		if res := m.Check(req); !errors.Is(res.Err, context.Canceled) || res.Outcome != flow.ClientGone {
 			t.Fatalf("canceled while delayed: %+v", res)
 		}
 	})

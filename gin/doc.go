@@ -96,7 +96,8 @@
 //
 // The request view over the gin.Context costs no allocation. Per allowed
 // request on the in-memory store the middleware allocates the key strings
-// its key functions build (one for the client IP, one for the endpoint) and
-// two for the header fields (their values share one string and one slice).
-// See BenchmarkMiddleware.
+// its key functions build (one for the client IP; the endpoint key is built
+// once per route and reused) and two for the header fields (their values
+// share one string and one slice): three with the default keys. See
+// BenchmarkMiddleware.
 package ginlimit

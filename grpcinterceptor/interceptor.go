@@ -76,11 +76,7 @@ func newInterceptor(limiter *core.Limiter, opts []Option, stream bool) (*interce
 	// The default format of gRPC: lower-case names, as HTTP/2 requires
 	// (RFC 9113 section 8.2.1), and no Retry-After or Cache-Control, which
 	// gRPC clients do not read. A flow.WithHeaderFormat in opts replaces it.
-	f, err := core.NewHeaderFormat(core.WithNameCase(core.NamesLower), core.WithRetryAfter(false), core.WithCacheControl(false))
-	if err != nil {
-		return nil, err
-	}
-	defaults := []flow.Option{flow.WithHeaderFormat(f)}
+	defaults := []flow.Option{flow.WithHeaderOptions(core.WithNameCase(core.NamesLower), core.WithRetryAfter(false), core.WithCacheControl(false))}
 	e, err := flow.New(limiter, adapter, defaults, opts...)
 	if err != nil {
 		return nil, err
