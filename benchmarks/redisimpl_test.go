@@ -36,7 +36,7 @@ const goRedisPoolSize = 128
 type sent struct{ atomic.Int64 }
 
 func newGoRedis(tb testing.TB, addr string, n *sent) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: goRedisPoolSize})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr, PoolSize: goRedisPoolSize})
 	c.AddHook(goRedisCounter{n})
 	tb.Cleanup(func() { c.Close() })
 	return c

@@ -51,6 +51,40 @@ func (s *blockingStore) Take(ctx context.Context, _ *Take) error {
 	return ctx.Err()
 }
 
+// breakerStore puts one Breaker in front of a store, as a store with a
+// single failure domain does. The call that opens the breaker returns the
+// store's own error; later ones the refusal.
+type breakerStore struct {
+	Store
+	b *Breaker
+}
+
+func withBreaker(t testing.TB, s Store, failures int, cooldown time.Duration) *breakerStore {
+	t.Helper()
+	b, err := NewBreaker(failures, cooldown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &breakerStore{s, b}
+}
+
+func (s *breakerStore) Take(ctx context.Context, t *Take) error {
+	probe, open := s.b.Admit()
+	if open != nil {
+		return open
+	}
+	err := s.Store.Take(ctx, t)
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up, which says nothing about the store.
+		if probe {
+			s.b.Abandon()
+		}
+		return err
+	}
+	s.b.Record(probe, err)
+	return err
+}
+
 var breakerRule = Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 2)}
 
 // TestBreakerTimeline runs timelines against a breaker that fails closed, so
@@ -88,13 +122,13 @@ func TestBreakerTimeline(t *testing.T) {
 		{"opens after 3 consecutive failures", 3, []step{
 			fail(0, BreakerClosed, time.Second),
 			fail(0, BreakerClosed, time.Second),
-			fail(0, BreakerOpen, cooldown),
+			fail(0, BreakerOpen, time.Second),
 			skip(0, cooldown),
 			skip(4*time.Second, 6*time.Second),
 			skip(6*time.Second-time.Nanosecond, time.Nanosecond),
 		}},
 		{"one failure opens with failures 1", 1, []step{
-			fail(0, BreakerOpen, cooldown),
+			fail(0, BreakerOpen, time.Second),
 			skip(time.Second, cooldown-time.Second),
 		}},
 		{"a success resets the count", 3, []step{
@@ -103,22 +137,22 @@ func TestBreakerTimeline(t *testing.T) {
 			pass(0, BreakerClosed),
 			fail(0, BreakerClosed, time.Second),
 			fail(0, BreakerClosed, time.Second),
-			fail(0, BreakerOpen, cooldown),
+			fail(0, BreakerOpen, time.Second),
 		}},
 		{"probe success closes and restarts the count", 3, []step{
 			fail(0, BreakerClosed, time.Second),
 			fail(0, BreakerClosed, time.Second),
-			fail(0, BreakerOpen, cooldown),
+			fail(0, BreakerOpen, time.Second),
 			pass(cooldown, BreakerClosed),
 			fail(0, BreakerClosed, time.Second),
 			fail(0, BreakerClosed, time.Second),
-			fail(0, BreakerOpen, cooldown),
+			fail(0, BreakerOpen, time.Second),
 		}},
 		{"probe failure reopens for another cooldown", 3, []step{
 			fail(0, BreakerClosed, time.Second),
 			fail(0, BreakerClosed, time.Second),
-			fail(0, BreakerOpen, cooldown),
-			fail(cooldown, BreakerOpen, cooldown),
+			fail(0, BreakerOpen, time.Second),
+			fail(cooldown, BreakerOpen, time.Second),
 			skip(9*time.Second, time.Second),
 			pass(time.Second, BreakerClosed),
 			pass(0, BreakerClosed),
@@ -127,7 +161,8 @@ func TestBreakerTimeline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := &flakyStore{}
-				l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailClosed), WithBreaker(tc.failures, cooldown)}, breakerRule)
+				bs := withBreaker(t, s, tc.failures, cooldown)
+				l := newTestLimiter(t, []Option{WithStore(bs), WithFailureMode(FailClosed)}, breakerRule)
 				start := time.Now()
 				for i, st := range tc.steps {
 					time.Sleep(st.after)
@@ -138,8 +173,8 @@ func TestBreakerTimeline(t *testing.T) {
 					if called := s.calls.Load() != before; called != st.called {
 						t.Errorf("step %d (t0+%v): store called = %v, want %v", i, at, called, st.called)
 					}
-					if got := l.BreakerState(); got != st.state {
-						t.Errorf("step %d (t0+%v): BreakerState() = %v, want %v", i, at, got, st.state)
+					if got := bs.b.State(); got != st.state {
+						t.Errorf("step %d (t0+%v): State() = %v, want %v", i, at, got, st.state)
 					}
 					if d.RetryAfter != st.retry {
 						t.Errorf("step %d (t0+%v): RetryAfter = %v, want %v", i, at, d.RetryAfter, st.retry)
@@ -191,18 +226,19 @@ func TestBreakerSingleProbe(t *testing.T) {
 				s := &flakyStore{gate: make(chan struct{})}
 				release := sync.OnceFunc(func() { close(s.gate) })
 				defer release() // so that a failing test does not strand the callers
-				l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailClosed), WithBreaker(2, cooldown)}, breakerRule)
+				bs := withBreaker(t, s, 2, cooldown)
+				l := newTestLimiter(t, []Option{WithStore(bs), WithFailureMode(FailClosed)}, breakerRule)
 				ctx := context.Background()
 				req := Request{User: "u"}
 				s.fail.Store(true)
 				l.Allow(ctx, req)
 				l.Allow(ctx, req)
-				if got := l.BreakerState(); got != BreakerOpen {
-					t.Fatalf("after 2 failures: BreakerState() = %v, want open", got)
+				if got := bs.b.State(); got != BreakerOpen {
+					t.Fatalf("after 2 failures: State() = %v, want open", got)
 				}
 				time.Sleep(cooldown)
-				if got := l.BreakerState(); got != BreakerHalfOpen {
-					t.Fatalf("after the cooldown: BreakerState() = %v, want half_open", got)
+				if got := bs.b.State(); got != BreakerHalfOpen {
+					t.Fatalf("after the cooldown: State() = %v, want half_open", got)
 				}
 
 				s.fail.Store(tc.probeFail)
@@ -235,8 +271,8 @@ func TestBreakerSingleProbe(t *testing.T) {
 				if got := fast.Load(); got != callers-1 {
 					t.Fatalf("while the probe is in flight: %d fast decisions, want %d", got, callers-1)
 				}
-				if got := l.BreakerState(); got != BreakerHalfOpen {
-					t.Fatalf("while the probe is in flight: BreakerState() = %v, want half_open", got)
+				if got := bs.b.State(); got != BreakerHalfOpen {
+					t.Fatalf("while the probe is in flight: State() = %v, want half_open", got)
 				}
 				release()
 				wg.Wait()
@@ -244,12 +280,12 @@ func TestBreakerSingleProbe(t *testing.T) {
 				if probes.Load() != 1 || s.calls.Load() != 3 {
 					t.Fatalf("probes = %d, store calls = %d; want 1 and 3", probes.Load(), s.calls.Load())
 				}
-				if got := l.BreakerState(); got != tc.state {
-					t.Fatalf("after the probe: BreakerState() = %v, want %v", got, tc.state)
+				if got := bs.b.State(); got != tc.state {
+					t.Fatalf("after the probe: State() = %v, want %v", got, tc.state)
 				}
 				if tc.probeFail {
-					if !errors.Is(probeEr, ErrUnavailable) || !errors.Is(probeEr, errDown) || probe.RetryAfter != cooldown {
-						t.Fatalf("failed probe: %+v, %v; want ErrUnavailable with the store's error, RetryAfter %v", probe, probeEr, cooldown)
+					if !errors.Is(probeEr, ErrUnavailable) || !errors.Is(probeEr, errDown) || probe.RetryAfter != time.Second {
+						t.Fatalf("failed probe: %+v, %v; want ErrUnavailable with the store's error, RetryAfter 1s", probe, probeEr)
 					}
 				} else if probeEr != nil || !probe.Allowed {
 					t.Fatalf("probe: %+v, %v; want allowed", probe, probeEr)
@@ -273,7 +309,8 @@ func TestBreakerProbeCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const cooldown = time.Second
 		s := &flakyStore{gate: make(chan struct{})}
-		l := newTestLimiter(t, []Option{WithStore(s), WithBreaker(1, cooldown)}, breakerRule)
+		bs := withBreaker(t, s, 1, cooldown)
+		l := newTestLimiter(t, []Option{WithStore(bs)}, breakerRule)
 		req := Request{User: "u"}
 		s.fail.Store(true)
 		l.Allow(context.Background(), req)
@@ -286,16 +323,16 @@ func TestBreakerProbeCanceled(t *testing.T) {
 		if _, err := l.Allow(ctx, req); !errors.Is(err, context.Canceled) {
 			t.Fatalf("canceled probe: err = %v, want context.Canceled", err)
 		}
-		if got := l.BreakerState(); got != BreakerHalfOpen {
-			t.Fatalf("after a canceled probe: BreakerState() = %v, want half_open", got)
+		if got := bs.b.State(); got != BreakerHalfOpen {
+			t.Fatalf("after a canceled probe: State() = %v, want half_open", got)
 		}
 		s.hold.Store(false)
 		d, err := l.Allow(context.Background(), req)
 		if err != nil || d.Degraded || s.calls.Load() != 3 {
 			t.Fatalf("next decision: %+v, %v, store calls %d; want a probe that succeeds, 3 calls", d, err, s.calls.Load())
 		}
-		if got := l.BreakerState(); got != BreakerClosed {
-			t.Fatalf("after the probe: BreakerState() = %v, want closed", got)
+		if got := bs.b.State(); got != BreakerClosed {
+			t.Fatalf("after the probe: State() = %v, want closed", got)
 		}
 	})
 }
@@ -317,7 +354,7 @@ func TestBreakerOpenFailureModes(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := &flakyStore{}
 				s.fail.Store(true)
-				l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(tc.mode), WithBreaker(1, cooldown)}, breakerRule)
+				l := newTestLimiter(t, []Option{WithStore(withBreaker(t, s, 1, cooldown)), WithFailureMode(tc.mode)}, breakerRule)
 				allowed := 0
 				for i := range 6 {
 					d, err := l.AllowAt(context.Background(), t0, Request{User: "u"}, 1)
@@ -347,7 +384,7 @@ func TestBreakerOpenFailureModes(t *testing.T) {
 
 // TestTimeout: a store that never answers is cut off by WithTimeout and
 // counted as a failure, while the caller's own context ending is returned as
-// its error and leaves the breaker alone. Fake time shows how long each
+// its error. Fake time shows how long each
 // decision took.
 func TestTimeout(t *testing.T) {
 	const bound = 100 * time.Millisecond
@@ -357,30 +394,29 @@ func TestTimeout(t *testing.T) {
 		caller  func() (context.Context, context.CancelFunc) // the caller's ctx
 		took    time.Duration
 		err     error // from Allow; nil: a degraded decision wrapping DeadlineExceeded
-		state   BreakerState
 	}{
 		{"bound expires: a store failure", bound, func() (context.Context, context.CancelFunc) {
 			return context.WithCancel(context.Background())
-		}, bound, nil, BreakerOpen},
+		}, bound, nil},
 		{"caller deadline after the bound: a store failure", bound, func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), time.Second)
-		}, bound, nil, BreakerOpen},
+		}, bound, nil},
 		{"caller cancels first: its error", bound, func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(bound/2, cancel)
 			return ctx, cancel
-		}, bound / 2, context.Canceled, BreakerClosed},
+		}, bound / 2, context.Canceled},
 		{"caller deadline first: its error", bound, func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), bound/2)
-		}, bound / 2, context.DeadlineExceeded, BreakerClosed},
+		}, bound / 2, context.DeadlineExceeded},
 		{"no bound: the caller's deadline", 0, func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), time.Hour)
-		}, time.Hour, context.DeadlineExceeded, BreakerClosed},
+		}, time.Hour, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := &blockingStore{}
-				l := newTestLimiter(t, []Option{WithStore(s), WithTimeout(tc.timeout), WithBreaker(1, time.Minute)}, breakerRule)
+				l := newTestLimiter(t, []Option{WithStore(s), WithTimeout(tc.timeout)}, breakerRule)
 				ctx, cancel := tc.caller()
 				defer cancel()
 				start := time.Now()
@@ -394,9 +430,6 @@ func TestTimeout(t *testing.T) {
 					}
 				} else if err != nil || !d.Degraded || !d.Allowed || !errors.Is(d.Err, context.DeadlineExceeded) || !strings.Contains(d.Err.Error(), "WithTimeout") {
 					t.Errorf("Allow = %+v, %v; want allowed (fail open), degraded by the WithTimeout bound", d, err)
-				}
-				if got := l.BreakerState(); got != tc.state {
-					t.Errorf("BreakerState() = %v, want %v", got, tc.state)
 				}
 				if s.calls.Load() != 1 {
 					t.Errorf("store calls = %d, want 1", s.calls.Load())
@@ -414,7 +447,8 @@ func TestBreakerConcurrentMix(t *testing.T) {
 		const cooldown = time.Millisecond
 		var n atomic.Int64
 		s := &flakyStore{}
-		l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailFallback), WithBreaker(2, cooldown)},
+		bs := withBreaker(t, s, 2, cooldown)
+		l := newTestLimiter(t, []Option{WithStore(bs), WithFailureMode(FailFallback)},
 			Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1e6), 1<<20)})
 		var wg sync.WaitGroup
 		for range 16 {
@@ -425,7 +459,7 @@ func TestBreakerConcurrentMix(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					_ = l.BreakerState()
+					_ = bs.b.State()
 					time.Sleep(cooldown / 4)
 				}
 			})
@@ -436,40 +470,74 @@ func TestBreakerConcurrentMix(t *testing.T) {
 		if d, err := l.Allow(context.Background(), Request{User: "u"}); err != nil || d.Degraded {
 			t.Fatalf("healthy store after the cooldown: %+v, %v", d, err)
 		}
-		if got := l.BreakerState(); got != BreakerClosed {
-			t.Fatalf("BreakerState() = %v, want closed", got)
+		if got := bs.b.State(); got != BreakerClosed {
+			t.Fatalf("State() = %v, want closed", got)
 		}
 	})
 }
 
-func TestBreakerOptionsRejected(t *testing.T) {
+func TestTimeoutRejected(t *testing.T) {
 	p, _ := NewPolicy(breakerRule)
+	if _, err := NewLimiter(p, WithStore(failingStore{errDown}), WithTimeout(-time.Nanosecond)); !errors.Is(err, ErrInvalidOption) ||
+		!strings.Contains(err.Error(), "WithTimeout: timeout must be >= 0, got -1ns") {
+		t.Fatalf("NewLimiter(WithTimeout(-1ns)) = %v; want ErrInvalidOption naming WithTimeout", err)
+	}
+	if l, err := NewLimiter(p, WithStore(failingStore{errDown}), WithTimeout(0)); err != nil || l == nil {
+		t.Fatalf("NewLimiter(WithTimeout(0)) = %v, %v; want accepted", l, err)
+	}
+}
+
+func TestNewBreakerRejected(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opt  Option
-		want string // in the message; "" if accepted
+		name     string
+		failures int
+		cooldown time.Duration
+		want     []string // in the message; none if accepted
 	}{
-		{"negative timeout", WithTimeout(-time.Nanosecond), "WithTimeout: timeout must be >= 0, got -1ns"},
-		{"zero failures", WithBreaker(0, time.Second), "WithBreaker: failures must be between 1 and 2147483647, got 0"},
-		{"negative failures", WithBreaker(-3, time.Second), "WithBreaker: failures must be between 1 and 2147483647, got -3"},
-		{"failures beyond int32", WithBreaker(1<<31, time.Second), "WithBreaker: failures must be between"},
-		{"zero cooldown", WithBreaker(1, 0), "WithBreaker: cooldown must be > 0, got 0s"},
-		{"negative cooldown", WithBreaker(1, -time.Second), "WithBreaker: cooldown must be > 0, got -1s"},
-		{"zero timeout", WithTimeout(0), ""},
-		{"smallest breaker", WithBreaker(1, time.Nanosecond), ""},
+		{"zero failures", 0, time.Second, []string{"failures must be between 1 and 2147483647, got 0"}},
+		{"negative failures", -3, time.Second, []string{"failures must be between 1 and 2147483647, got -3"}},
+		{"failures beyond int32", 1 << 31, time.Second, []string{"failures must be between"}},
+		{"zero cooldown", 1, 0, []string{"cooldown must be > 0, got 0s"}},
+		{"negative cooldown", 1, -time.Second, []string{"cooldown must be > 0, got -1s"}},
+		{"both", 0, 0, []string{"failures must be", "cooldown must be"}},
+		{"smallest breaker", 1, time.Nanosecond, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := NewLimiter(p, WithStore(failingStore{errDown}), tc.opt)
-			if tc.want == "" {
-				if err != nil || l == nil {
-					t.Fatalf("NewLimiter = %v, %v; want accepted", l, err)
+			b, err := NewBreaker(tc.failures, tc.cooldown)
+			if len(tc.want) == 0 {
+				if err != nil || b == nil || b.State() != BreakerClosed {
+					t.Fatalf("NewBreaker = %v, %v; want a closed breaker", b, err)
 				}
 				return
 			}
-			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("NewLimiter = %v; want ErrInvalidOption with %q", err, tc.want)
+			if b != nil || !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("NewBreaker = %v, %v; want ErrInvalidOption", b, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("NewBreaker: %v; want it to say %q", err, w)
+				}
 			}
 		})
+	}
+}
+
+// TestBreakerZero: a zero or nil Breaker is closed, admits everything and
+// records nothing.
+func TestBreakerZero(t *testing.T) {
+	for _, b := range []*Breaker{nil, {}} {
+		for range 3 {
+			if probe, open := b.Admit(); probe || open != nil {
+				t.Fatalf("Admit() = %v, %v; want admitted", probe, open)
+			}
+			if o := b.Record(false, errDown); o != nil {
+				t.Fatalf("Record = %v, want nil", o)
+			}
+		}
+		b.Abandon()
+		if got := b.State(); got != BreakerClosed {
+			t.Fatalf("State() = %v, want closed", got)
+		}
 	}
 }
 
@@ -486,14 +554,6 @@ func TestBreakerStateString(t *testing.T) {
 		if got := tc.s.String(); got != tc.want {
 			t.Errorf("BreakerState(%d).String() = %q, want %q", uint8(tc.s), got, tc.want)
 		}
-	}
-	// Without a breaker, a failing store leaves the limiter closed.
-	l := newTestLimiter(t, []Option{WithStore(failingStore{errDown})}, breakerRule)
-	for range 10 {
-		l.Allow(context.Background(), Request{User: "u"})
-	}
-	if got := l.BreakerState(); got != BreakerClosed {
-		t.Fatalf("no breaker: BreakerState() = %v, want closed", got)
 	}
 }
 
@@ -523,8 +583,8 @@ func BenchmarkStorePath(b *testing.B) {
 		opts []Option
 	}{
 		{"plain", []Option{WithStore(okStore{})}},
-		{"breaker", []Option{WithStore(okStore{}), WithBreaker(5, time.Second)}},
-		{"breaker_open", []Option{WithStore(failing), WithBreaker(1, time.Hour)}},
+		{"breaker", []Option{WithStore(withBreaker(b, okStore{}, 5, time.Second))}},
+		{"breaker_open", []Option{WithStore(withBreaker(b, failing, 1, time.Hour))}},
 		{"timeout", []Option{WithStore(okStore{}), WithTimeout(time.Second)}},
 	} {
 		l, err := NewLimiter(p, bc.opts...)
@@ -563,7 +623,7 @@ func BenchmarkStorePath(b *testing.B) {
 func TestDecideAllocs(t *testing.T) {
 	ctx := context.Background()
 	req := Request{User: "alice", Endpoint: "GET /x"}
-	open := newTestLimiter(t, []Option{WithStore(failingStore{errDown}), WithBreaker(1, time.Hour)}, breakerRule)
+	open := newTestLimiter(t, []Option{WithStore(withBreaker(t, failingStore{errDown}, 1, time.Hour))}, breakerRule)
 	open.Allow(ctx, req)
 	for _, tc := range []struct {
 		name string

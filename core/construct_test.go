@@ -199,14 +199,8 @@ func TestZeroLimiter(t *testing.T) {
 			}
 			return nil
 		},
-		"BreakerState": func(l *Limiter) error {
-			if got := l.BreakerState(); got != BreakerClosed {
-				return fmt.Errorf("BreakerState() = %v, want closed", got)
-			}
-			return nil
-		},
 	}
-	noError := map[string]bool{"Policy": true, "BreakerState": true}
+	noError := map[string]bool{"Policy": true}
 	checkCovered(t, &Limiter{}, calls)
 	for _, lim := range []struct {
 		name string

@@ -63,10 +63,14 @@
 // made under failure has Degraded set and Err holding the store's error.
 // WithTimeout bounds each store call, a timeout counting as a failure; the
 // caller's own context ending is not a failure, and AllowN returns its error.
-// WithBreaker stops calling a store that keeps failing: after N failures in a
-// row the failure mode decides at once, with Err wrapping ErrBreakerOpen, for
-// a cooldown (the Retry-After when failing closed); then a single probe
-// decides whether to close it again. Limiter.BreakerState reports it.
+// A store with failure domains keeps a Breaker per domain (the Redis stores:
+// per node), so that one dead node stops costing its own keys a timeout
+// each while every other key goes on as before: after N failures in a row
+// the domain's calls fail at once with a *BreakerOpenError (wrapping
+// ErrBreakerOpen) for a cooldown, the Retry-After when failing closed; then
+// a single probe decides whether to close it again. A request whose tiers
+// span a failed and a healthy domain gets a PartialError from the store, and
+// the failure mode decides the failed tiers only (see FailureMode).
 //
 // MemoryStore is the embedded default: sharded, lock-free lookups with a
 // lock per bucket, no allocation for existing keys, bounded, and reclaiming

@@ -50,10 +50,10 @@ var (
 	// ErrUnavailable is returned, wrapping the store's error, when the store
 	// fails and the limiter fails closed.
 	ErrUnavailable = errors.New("ratelimit: store unavailable")
-	// ErrBreakerOpen is wrapped, with the last store error, in
-	// Decision.Err (and, failing closed, in the error wrapping
-	// ErrUnavailable) when the limiter's circuit breaker is open and the
-	// store was not called.
+	// ErrBreakerOpen is wrapped by a *BreakerOpenError, the refusal of an
+	// open Breaker, and so in Decision.Err (and, failing closed, in the
+	// error wrapping ErrUnavailable) when a store's breaker kept it from
+	// calling its backend.
 	ErrBreakerOpen = errors.New("ratelimit: circuit breaker open")
 	// ErrLimited is returned by Wait when the request cannot pass before the
 	// context ends, or can never pass.

@@ -12,6 +12,17 @@ import (
 
 // FailureMode says what a Limiter does when its store fails. The zero value
 // is FailOpen.
+//
+// A store that knows its failure domains (the Redis stores: one per node)
+// may report that only some of a request's buckets failed, with a
+// PartialError, having changed none of the others. The mode then decides
+// the failed tiers only, as far as all-or-nothing allows: FailOpen counts
+// them as allowing and has the store decide the rest in a second call;
+// FailFallback has its in-memory store decide them first and, if it allows,
+// the store the rest (a denial by the rest leaves what the fallback took
+// taken: the fallback under-admits, the store stays exact); FailClosed
+// denies the whole request. Each store call is bounded on its own, so a
+// partial failure can cost two bounds.
 type FailureMode uint8
 
 const (
@@ -20,7 +31,8 @@ const (
 	FailOpen FailureMode = iota
 	// FailClosed denies the request: AllowN returns an error wrapping
 	// ErrUnavailable and a decision with ReasonUnavailable and a RetryAfter
-	// of 1s or, while the circuit breaker is open, the rest of its cooldown.
+	// of 1s or, when the store's circuit breaker refused the call (a
+	// *BreakerOpenError), the rest of its cooldown.
 	FailClosed
 	// FailFallback decides the request on an in-memory store with the same
 	// rules, private to the limiter, and reports the error in the decision.
@@ -59,9 +71,6 @@ type config struct {
 	failure  FailureMode
 	observer Observer
 	timeout  time.Duration
-	breaker  bool
-	failures int
-	cooldown time.Duration
 	errs     []error // what the options got wrong, in order
 }
 
@@ -135,25 +144,12 @@ func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.timeout = d })
 }
 
-// WithBreaker puts a circuit breaker in front of the store. After failures
-// consecutive store failures (timeouts included) it opens: for cooldown no
-// decision calls the store, and the failure mode decides at once with
-// Decision.Err wrapping ErrBreakerOpen and the last store error. Then one
-// decision probes the store while the others still fail fast: if it succeeds
-// the breaker closes, if it fails the breaker opens for another cooldown. Any
-// success resets the count. The breaker reads time.Now. The default is no
-// breaker; failures must be between 1 and 2^31-1 and cooldown above 0. It has
-// no effect on a MemoryStore, which does not fail.
-func WithBreaker(failures int, cooldown time.Duration) Option {
-	return optionFunc(func(c *config) { c.breaker, c.failures, c.cooldown = true, failures, cooldown })
-}
-
 // Limiter decides requests against a policy, all tiers at once. Make one
 // with NewLimiter; it is safe for concurrent use and must not be copied.
 //
 // The zero value, like a nil *Limiter, is not usable: its methods that
 // return an error return one wrapping ErrNotConstructed, Policy returns nil
-// and BreakerState returns BreakerClosed. None of them panics.
+// None of them panics.
 type Limiter struct {
 	policy   atomic.Pointer[Policy]
 	store    Store
@@ -161,17 +157,16 @@ type Limiter struct {
 	failure  FailureMode
 	observer Observer
 	timeout  time.Duration // bound on each store call; 0: none
-	breaker  *breaker      // nil: none
 	memory   *MemoryStore  // store, when it is one
 	takes    sync.Pool     // *Take, for stores other than memory
 }
 
 // NewLimiter returns a limiter for policy with opts applied in order over
-// the defaults (a new MemoryStore, FailOpen, no observer, no timeout, no
-// breaker). It fails with an error wrapping ErrInvalidOption, naming the
-// option at fault, for a nil policy, a nil option (named by its position in
-// opts, counted from 0), a nil store or observer, an unknown failure mode, a
-// negative timeout or a breaker that cannot work; every mistake found is
+// the defaults (a new MemoryStore, FailOpen, no observer, no timeout). It
+// fails with an error wrapping ErrInvalidOption, naming the option at fault,
+// for a nil policy, a nil option (named by its position in opts, counted
+// from 0), a nil store or observer, an unknown failure mode or a negative
+// timeout; every mistake found is
 // reported, joined with errors.Join.
 func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	var cfg config
@@ -191,21 +186,10 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	if cfg.timeout < 0 {
 		cfg.fail("WithTimeout: timeout must be >= 0, got %v", cfg.timeout)
 	}
-	if cfg.breaker {
-		if cfg.failures < 1 || cfg.failures > maxBreakerFailures {
-			cfg.fail("WithBreaker: failures must be between 1 and %d, got %d", maxBreakerFailures, cfg.failures)
-		}
-		if cfg.cooldown <= 0 {
-			cfg.fail("WithBreaker: cooldown must be > 0, got %v", cfg.cooldown)
-		}
-	}
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
 	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observer, timeout: cfg.timeout}
-	if cfg.breaker {
-		l.breaker = &breaker{threshold: uint64(cfg.failures), cooldown: cfg.cooldown}
-	}
 	if l.store == nil {
 		m, err := NewMemoryStore()
 		if err != nil {
@@ -233,18 +217,6 @@ func (l *Limiter) constructed() bool { return l != nil && l.store != nil }
 // errNotConstructed is the error of every method of an unusable Limiter.
 func errNotConstructed() error {
 	return fmt.Errorf("%w: Limiter is a zero value or nil; make one with NewLimiter", ErrNotConstructed)
-}
-
-// BreakerState reports the state of the circuit breaker: BreakerClosed when
-// there is none, and for a Limiter not made by NewLimiter. An open breaker
-// whose cooldown is over reads as BreakerHalfOpen, since its next decision
-// probes the store. The answer may be stale by the time it is used; it is
-// meant for metrics and health checks. It is safe for concurrent use.
-func (l *Limiter) BreakerState() BreakerState {
-	if l == nil || l.breaker == nil {
-		return BreakerClosed
-	}
-	return l.breaker.state()
 }
 
 // Policy returns the policy in force, or nil for a Limiter not made by
@@ -285,8 +257,8 @@ func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
 //
 // The error is non-nil for input no configuration can make valid (a cost
 // outside [0, MaxCost], an identity that is too long or holds control
-// characters); wrapping ErrUnavailable (and ErrBreakerOpen if the breaker
-// was open) when the store fails and the limiter fails closed; wrapping
+// characters); wrapping ErrUnavailable (and ErrBreakerOpen if the store's
+// breaker refused the call) when the store fails and the limiter fails closed; wrapping
 // ctx's error when ctx is canceled or expires during the store call, which is
 // not a store failure; and wrapping ErrNotConstructed for a Limiter not made
 // by NewLimiter. Under FailOpen and FailFallback a store failure is reported
@@ -397,41 +369,22 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		states = make([]BucketState, len(buckets))
 	}
 	states = states[:len(buckets)]
-	var (
-		err  error
-		open *trip // the breaker's, when it is open after this call or instead of it
-		fast bool  // the breaker kept the store from being called
-	)
+	var err error
 	if l.memory != nil {
 		// Everything take would check was checked above.
 		t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
 		d.At = time.Unix(0, l.memory.take(&t))
 	} else {
-		var probe bool
-		if l.breaker != nil {
-			open, probe = l.breaker.admit()
-		}
-		if open != nil {
-			err, fast = open.err, true
-		} else {
-			d.At, err = l.takeFrom(ctx, l.store, now, n, buckets, states)
-			if err != nil && gaveUp(ctx, err) {
-				// The caller gave up, which says nothing about the store.
-				if probe {
-					l.breaker.abandon()
-				}
-				return Decision{}, err
-			}
-			if l.breaker != nil {
-				if err == nil {
-					l.breaker.success(probe)
-				} else {
-					open = l.breaker.failure(err, probe)
-				}
-			}
+		d.At, err = l.takeFrom(ctx, l.store, now, n, buckets, states)
+		if err != nil && gaveUp(ctx, err) {
+			// The caller gave up, which says nothing about the store.
+			return Decision{}, err
 		}
 	}
 	if err != nil {
+		if pe := partialError(err, len(buckets)); pe != nil && l.failure != FailClosed {
+			return l.decidePartial(ctx, now, req, n, pe, buckets, states, rules)
+		}
 		switch l.failure {
 		case FailOpen:
 			d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
@@ -440,13 +393,14 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		case FailClosed:
 			d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
 			var uerr error
-			if open != nil {
+			if open := breakerOpen(err); open != nil {
 				// An honest Retry-After: the store is not asked before then.
-				d.RetryAfter = open.retryAfter(l.breaker.now())
+				d.RetryAfter = open.retryAfter(time.Now())
+				if open == err {
+					uerr = open.unavailable
+				}
 			}
-			if fast {
-				uerr = open.unavailable
-			} else {
+			if uerr == nil {
 				uerr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 			l.observe(ctx, req, &d)
@@ -459,6 +413,143 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	d.fill(states, rules)
 	l.observe(ctx, req, &d)
 	return d, nil
+}
+
+// breakerOpen returns the breaker refusal err is or wraps, if any.
+func breakerOpen(err error) *BreakerOpenError {
+	var b *BreakerOpenError
+	walkErr(err, func(e error) bool {
+		b, _ = e.(*BreakerOpenError)
+		return b != nil
+	})
+	return b
+}
+
+// partialError returns the PartialError err is or wraps when it names a
+// proper, valid subset of n buckets; nil otherwise, and the whole take
+// counts as failed.
+func partialError(err error, n int) *PartialError {
+	var pe *PartialError
+	walkErr(err, func(e error) bool {
+		pe, _ = e.(*PartialError)
+		return pe != nil
+	})
+	if pe == nil || len(pe.Failed) == 0 || len(pe.Failed) >= n {
+		return nil
+	}
+	for i, f := range pe.Failed {
+		if f < 0 || f >= n || (i > 0 && f <= pe.Failed[i-1]) {
+			return nil
+		}
+	}
+	return pe
+}
+
+// walkErr calls found with err and every error it wraps, depth first as
+// errors.As goes, until found returns true. Unlike errors.As it allocates
+// nothing, which keeps a decision on an open breaker free of allocations.
+func walkErr(err error, found func(error) bool) bool {
+	for err != nil {
+		if found(err) {
+			return true
+		}
+		switch e := err.(type) {
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, w := range e.Unwrap() {
+				if walkErr(w, found) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// decidePartial decides a request whose store call failed for the buckets
+// pe names only, the others being unchanged: the failure mode decides those,
+// the store the others, all or nothing.
+//
+// FailOpen: the failed tiers count as allowing; the store decides the
+// others in a second call, and the decision shows those tiers only. If that
+// call fails too, the request is allowed as for a whole failure.
+//
+// FailFallback: the private in-memory store decides the failed tiers first.
+// If it denies, the request is denied and the store is not called again. If
+// it allows, the store decides the others: if they deny, the request is
+// denied and what the fallback took stays taken (the fallback under-admits,
+// the store stays exact); if the store fails again, the fallback decides
+// them too.
+func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request, n int64, pe *PartialError, buckets []Bucket, states []BucketState, rules []*Rule) (Decision, error) {
+	failed := make([]bool, len(buckets))
+	for _, i := range pe.Failed {
+		failed[i] = true
+	}
+	var (
+		okB, badB []Bucket
+		okR, badR []*Rule
+	)
+	for i := range buckets {
+		if failed[i] {
+			badB, badR = append(badB, buckets[i]), append(badR, rules[i])
+		} else {
+			okB, okR = append(okB, buckets[i]), append(okR, rules[i])
+		}
+	}
+	okS, badS := make([]BucketState, len(okB)), make([]BucketState, len(badB))
+	d := Decision{Allowed: true, Cost: n, Degraded: true, Err: pe}
+	if l.failure == FailFallback {
+		t := Take{Now: now, Cost: n, Buckets: badB, States: badS}
+		d.At = time.Unix(0, l.fallback.take(&t))
+		if !allAllowed(badS) {
+			d.fill(badS, badR)
+			l.observe(ctx, req, &d)
+			return d, nil
+		}
+	}
+	at, err := l.takeFrom(ctx, l.store, now, n, okB, okS)
+	switch {
+	case err != nil && gaveUp(ctx, err):
+		return Decision{}, err
+	case err != nil && l.failure == FailOpen:
+		d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
+		l.observe(ctx, req, &d)
+		return d, nil
+	case err != nil:
+		t := Take{Now: now, Cost: n, Buckets: okB, States: okS}
+		at, d.Err = time.Unix(0, l.fallback.take(&t)), err
+	}
+	if at.After(d.At) {
+		d.At = at
+	}
+	if l.failure == FailOpen {
+		d.fill(okS, okR)
+	} else {
+		// Back in policy order.
+		for i, j, k := 0, 0, 0; i < len(buckets); i++ {
+			if failed[i] {
+				states[i], j = badS[j], j+1
+			} else {
+				states[i], k = okS[k], k+1
+			}
+		}
+		d.fill(states, rules)
+	}
+	l.observe(ctx, req, &d)
+	return d, nil
+}
+
+func allAllowed(states []BucketState) bool {
+	for i := range states {
+		if !states[i].Allowed {
+			return false
+		}
+	}
+	return true
 }
 
 // takeFrom runs t on a store through a pooled Take: the store's method may
@@ -556,10 +647,10 @@ type Decision struct {
 	// no rule applied or the store failed under FailOpen or FailClosed.
 	At time.Time
 
-	// Degraded is true when the store failed and the failure mode decided;
-	// Err is the store's error or, when the circuit breaker was open and the
-	// store was not called, an error wrapping ErrBreakerOpen and the last
-	// store error.
+	// Degraded is true when the store failed, wholly or for some tiers
+	// (see FailureMode), and the failure mode decided; Err is the store's
+	// error: a *PartialError when some tiers failed, wrapping ErrBreakerOpen
+	// when the store's circuit breaker refused the call.
 	Degraded bool
 	Err      error // see Degraded; nil when the store answered
 

@@ -157,3 +157,23 @@ func (c *ManualClock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
 
 // Advance moves the clock forwards by d (backwards if d < 0).
 func (c *ManualClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// PartialError is a store failure confined to some of a take's buckets: the
+// failure domains (Redis nodes, say) holding the buckets at the indices in
+// Failed failed or have an open Breaker, and every other bucket of the take
+// was left unchanged. A store that knows its failure domains returns one, so
+// that the Limiter applies its failure mode to the failed tiers only (see
+// FailureMode). Failed is ascending, non-empty and names fewer buckets than
+// the take has; otherwise the Limiter treats the whole take as failed.
+type PartialError struct {
+	Failed []int // indices into Take.Buckets
+	Err    error // the failure
+}
+
+// Error says how many buckets failed, and why.
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("ratelimit: %d of the buckets failed: %v", len(e.Failed), e.Err)
+}
+
+// Unwrap returns the failure.
+func (e *PartialError) Unwrap() error { return e.Err }

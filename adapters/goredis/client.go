@@ -88,3 +88,25 @@ func read(cmd *redis.Cmd, e *redisstore.Eval) {
 	}
 	e.Ints = ints
 }
+
+func (g *goRedis) Slots(ctx context.Context) ([]redisstore.SlotRange, error) {
+	slots, err := g.client.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]redisstore.SlotRange, 0, len(slots))
+	for _, s := range slots {
+		if len(s.Nodes) == 0 {
+			continue
+		}
+		out = append(out, redisstore.SlotRange{First: s.Start, Last: s.End, Master: s.Nodes[0].Addr})
+	}
+	return out, nil
+}
+
+func (g *goRedis) Ping(ctx context.Context) error {
+	if c, ok := g.client.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	}
+	return g.client.Ping(ctx).Err()
+}

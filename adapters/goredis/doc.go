@@ -2,7 +2,7 @@
 // Sentinel (failover clients) and Cluster. Several instances of a service
 // share their limits through it, exactly.
 //
-//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: "localhost:6379"})
 //	store, err := goredis.New(client)
 //	...
 //	limiter, err := core.NewLimiter(policy, core.WithStore(store))

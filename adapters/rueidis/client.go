@@ -2,7 +2,10 @@ package rueidis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -169,4 +172,47 @@ func cached(res rueidis.RedisResult, v *redisstore.Cached) {
 			v.Err = fmt.Errorf("%w: %v", redisscript.ErrReply, err)
 		}
 	}
+}
+
+func (r *rueidisClient) Slots(ctx context.Context) ([]redisstore.SlotRange, error) {
+	msg, err := r.client.Do(ctx, r.client.B().ClusterSlots().Build()).ToMessage()
+	if err != nil {
+		return nil, err
+	}
+	ranges, err := msg.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("%w: CLUSTER SLOTS: %v", redisscript.ErrReply, err)
+	}
+	out := make([]redisstore.SlotRange, 0, len(ranges))
+	for _, rg := range ranges {
+		f, err := rg.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, fmt.Errorf("%w: CLUSTER SLOTS: a range is not [first, last, master, ...]", redisscript.ErrReply)
+		}
+		first, err1 := f[0].AsInt64()
+		last, err2 := f[1].AsInt64()
+		node, err3 := f[2].ToArray()
+		if err := errors.Join(err1, err2, err3); err != nil || len(node) < 2 {
+			return nil, fmt.Errorf("%w: CLUSTER SLOTS: malformed range", redisscript.ErrReply)
+		}
+		host, err1 := node[0].ToString()
+		port, err2 := node[1].AsInt64()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("%w: CLUSTER SLOTS: malformed node", redisscript.ErrReply)
+		}
+		out = append(out, redisstore.SlotRange{First: int(first), Last: int(last), Master: net.JoinHostPort(host, strconv.FormatInt(port, 10))})
+	}
+	return out, nil
+}
+
+func (r *rueidisClient) Ping(ctx context.Context) error {
+	if !r.cluster {
+		return r.client.Do(ctx, r.client.B().Ping().Build()).Error()
+	}
+	for _, c := range r.client.Nodes() {
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -48,10 +48,33 @@ func WithPrefix(p string) Option { return option(redisstore.Prefix(p)) }
 // Redis. secret must be at least 16 bytes and the same on every instance.
 func WithHashedIdentities(secret []byte) Option { return option(redisstore.HashedIdentities(secret)) }
 
-// WithTimeout bounds each Take, on top of the caller's context. Zero (the
-// default) leaves only the caller's context and the client's own timeouts;
-// d must not be negative.
+// WithTimeout bounds the whole wait of each Take, on top of the caller's
+// context: queueing behind a batch in flight, reconnecting, redirects and
+// the reply. A Take that runs out of it fails, and the limiter's failure
+// mode decides. The default is 100ms (see the package documentation); d
+// must be > 0. A Cluster take whose tiers span nodes and must give tokens
+// back after a failure gets a second bound for that.
 func WithTimeout(d time.Duration) Option { return option(redisstore.Timeout(d)) }
+
+// WithBreaker gives each failure domain (each Cluster master; the server
+// outside Cluster) a circuit breaker: after failures consecutive failed
+// calls to it, its keys fail at once, without a call, for cooldown, with an
+// error wrapping core.ErrBreakerOpen (a *core.BreakerOpenError, whose Until
+// a limiter failing closed turns into Retry-After); then one call probes it
+// and closes or reopens the breaker. Keys of other nodes are not affected. A
+// request whose tiers span a refused node and a healthy one gets a
+// core.PartialError: see core.FailureMode. failures must be between 1 and
+// core.MaxBreakerFailures and cooldown > 0. The default is no breaker.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return option(redisstore.Breaker(failures, cooldown))
+}
+
+// WithRequireRedis makes New and Open fail, with an error wrapping
+// core.ErrUnavailable, when Redis (every node, in Cluster) does not answer a
+// PING within the timeout or 1s, whichever is longer. By default Open
+// returns a store whatever the state of Redis, and the limiter's failure
+// mode decides until Redis answers.
+func WithRequireRedis() Option { return option(redisstore.RequireRedis) }
 
 // WithoutBatching sends every request in a script call of its own. By
 // default, requests for one hash slot that arrive while a call is in flight

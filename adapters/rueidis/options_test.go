@@ -38,6 +38,8 @@ func TestNewOptions(t *testing.T) {
 		{"short secret", c, []rstore.Option{rstore.WithHashedIdentities([]byte("short"))}, "WithHashedIdentities"},
 		{"nil secret", c, []rstore.Option{rstore.WithHashedIdentities(nil)}, "WithHashedIdentities"},
 		{"negative timeout", c, []rstore.Option{rstore.WithTimeout(-time.Second)}, "WithTimeout"},
+		{"zero timeout", c, []rstore.Option{rstore.WithTimeout(0)}, "WithTimeout: the timeout must be > 0"},
+		{"zero breaker failures", c, []rstore.Option{rstore.WithBreaker(0, time.Second)}, "WithBreaker: failures"},
 		{"negative min TTL", c, []rstore.Option{rstore.WithMinTTL(-time.Millisecond)}, "WithMinTTL"},
 		{"min TTL above MaxSpan", c, []rstore.Option{rstore.WithMinTTL(core.MaxSpan + time.Millisecond)}, "WithMinTTL"},
 		{"no local denial keys", c, []rstore.Option{rstore.WithLocalDenialKeys(0)}, "WithLocalDenialKeys"},

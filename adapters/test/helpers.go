@@ -32,7 +32,14 @@ type Options struct {
 	MinTTL       time.Duration // WithMinTTL; 0 for none
 	Unbatched    bool          // WithoutBatching
 	LocalDenials bool          // WithLocalDenials
+	// Timeout is WithTimeout; 0 for TestTimeout. Tests of what a store
+	// decides must not fail because a -race binary on a busy machine
+	// was slow: those of how long it waits set their own.
+	Timeout time.Duration
 }
+
+// TestTimeout is the bound on a Take's wait in shared tests that set none.
+const TestTimeout = 10 * time.Second
 
 // Kit is what the shared tests need of one store: its constructor, and
 // its option constructors, one for each field of Options.
@@ -43,6 +50,7 @@ type Kit[C, O any, S core.Store] struct {
 	MinTTL       func(time.Duration) O
 	Unbatched    func() O
 	LocalDenials func() O
+	Timeout      func(time.Duration) O
 }
 
 // Options returns the options that o names, then extra.
@@ -50,7 +58,10 @@ func (k Kit[C, O, S]) Options(o Options, extra ...O) []O {
 	if o.Prefix == "" {
 		o.Prefix = NewPrefix()
 	}
-	opts := []O{k.Prefix(o.Prefix)}
+	if o.Timeout == 0 {
+		o.Timeout = TestTimeout
+	}
+	opts := []O{k.Prefix(o.Prefix), k.Timeout(o.Timeout)}
 	if o.Clock != nil {
 		opts = append(opts, k.Clock(o.Clock))
 	}

@@ -2,13 +2,16 @@ package redisscript
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
 
 // Sender runs one script call (EVALSHA, reloading on NOSCRIPT) with keys
-// and args, and returns the reply's integers.
-type Sender func(ctx context.Context, keys []string, args []any) ([]int64, error)
+// and args, and returns the reply's integers and, for a call in
+// ModeTakeUndo on undo buckets in all, its two undo strings per bucket
+// (undo 0: a call without them).
+type Sender func(ctx context.Context, keys []string, args []any, undo int) ([]int64, []string, error)
 
 // Batcher sends the requests for one hash slot so that requests arriving
 // while a call is in flight go out together, as one script call, in arrival
@@ -28,14 +31,17 @@ type Batcher struct {
 }
 
 type pending struct {
-	ctx   context.Context
-	now   string
-	call  *Call
-	done  chan struct{}
-	batch []*pending // set for the waiter that must send the next call
-	taken bool       // in a call: the waiter must wait for its result
-	at    time.Time
-	err   error
+	ctx      context.Context
+	deadline time.Time // the end of its timeout; zero without one
+	now      string
+	call     *Call
+	undo     bool // wants the call's undo values: ModeTakeUndo
+	done     chan struct{}
+	batch    []*pending // set for the waiter that must send the next call
+	taken    bool       // in a call: the waiter must wait for its result
+	at       time.Time
+	vals     []string // the undo values, when undo
+	err      error
 }
 
 // NewBatcher returns a Batcher that sends through send at most max requests
@@ -50,69 +56,47 @@ func NewBatcher(send Sender, max int, timeout, minTTL time.Duration) *Batcher {
 // the script used. If ctx ends while c is still queued, Do returns ctx's
 // error and c is not sent; once c is in a call, Do waits for its answer.
 func (b *Batcher) Do(ctx context.Context, now string, c *Call) (time.Time, error) {
+	t, lead := b.Start(ctx, now, c, false)
+	if lead {
+		b.run([]*pending{t.p})
+		return t.p.at, t.p.err
+	}
+	at, _, err := t.Wait()
+	return at, err
+}
+
+// Ticket is a request queued by Start.
+type Ticket struct {
+	b *Batcher
+	p *pending
+}
+
+// Start queues c (see Do), with undo when it must be given back later
+// (ModeTakeUndo: Wait then returns its two undo strings per bucket), and
+// returns its ticket, to Wait on. When the batcher is idle, Start claims it
+// instead and reports lead: the caller then sends c by itself (alone or
+// pipelined with other calls) and must call Release once it has the reply,
+// so that requests queued meanwhile go out.
+func (b *Batcher) Start(ctx context.Context, now string, c *Call, undo bool) (t Ticket, lead bool) {
 	// Not pooled: a round trip costs far more than this allocation.
-	p := &pending{ctx: ctx, now: now, call: c, done: make(chan struct{}, 1)}
+	p := &pending{ctx: ctx, now: now, call: c, undo: undo, done: make(chan struct{}, 1)}
+	if b.timeout > 0 {
+		p.deadline = time.Now().Add(b.timeout)
+	}
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		b.run([]*pending{p})
-		return p.at, p.err
+		return Ticket{b, p}, true
 	}
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		b.mu.Lock()
-		if !p.taken {
-			for i, q := range b.queue {
-				if q == p {
-					b.queue = append(b.queue[:i], b.queue[i+1:]...)
-					break
-				}
-			}
-			b.mu.Unlock()
-			return time.Time{}, ctx.Err()
-		}
-		b.mu.Unlock()
-		<-p.done
-	}
-	if p.batch != nil {
-		// This waiter leads the next call.
-		b.run(p.batch)
-	}
-	return p.at, p.err
+	return Ticket{b, p}, false
 }
 
-// run sends batch as one call, answers every member, then hands the next
-// call, if any queued, to its first waiter.
-func (b *Batcher) run(batch []*pending) {
-	var bld Builder
-	bld.SetMinTTL(b.minTTL)
-	bld.Reset(batch[0].now, ModeTake)
-	calls := make([]*Call, len(batch))
-	for i, p := range batch {
-		bld.Add(p.call)
-		calls[i] = p.call
-	}
-	ctx := context.WithoutCancel(batch[0].ctx) // the others wait on this call too
-	if b.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.timeout)
-		defer cancel()
-	} else if dl, ok := latestDeadline(batch); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
-	vals, err := b.send(ctx, bld.Keys, bld.Args)
-	var at time.Time
-	if err == nil {
-		at, err = Decode(vals, calls)
-	}
-	// Hand over before answering, so the next call leaves as soon as
-	// possible.
+// Release hands a batcher claimed by Start on to the requests queued
+// meanwhile, or makes it idle.
+func (b *Batcher) Release() {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.busy = false
@@ -122,11 +106,123 @@ func (b *Batcher) run(batch []*pending) {
 		next[0].done <- struct{}{}
 	}
 	b.mu.Unlock()
-	for i, p := range batch {
-		p.at, p.err = at, err
-		if i > 0 {
+}
+
+// Wait waits for the answer to a request queued by Start: the time the
+// script used, its undo strings if it asked for them, and the error. If its
+// ctx ends while it is still queued, it is not sent and Wait returns ctx's
+// error; once in a call, Wait waits for the answer.
+func (t Ticket) Wait() (time.Time, []string, error) {
+	b, p := t.b, t.p
+	select {
+	case <-p.done:
+	case <-p.ctx.Done():
+		b.mu.Lock()
+		if !p.taken {
+			for i, q := range b.queue {
+				if q == p {
+					b.queue = append(b.queue[:i], b.queue[i+1:]...)
+					break
+				}
+			}
+			b.mu.Unlock()
+			return time.Time{}, nil, p.ctx.Err()
+		}
+		b.mu.Unlock()
+		<-p.done
+	}
+	if p.batch != nil {
+		// This waiter leads the next call.
+		b.run(p.batch)
+	}
+	return p.at, p.vals, p.err
+}
+
+// run sends batch as one call, answers every member, then hands the next
+// call, if any queued, to its first waiter. batch[0] is the caller, which
+// reads its answer when run returns; the others are signalled. With a
+// timeout, the call is bounded by its members' earliest deadline, so that
+// no member waits longer than its timeout from when it arrived, queueing
+// included: a member whose deadline passed while it was queued is answered
+// with a timeout and not sent.
+func (b *Batcher) run(batch []*pending) {
+	leader := batch[0]
+	answer := func(p *pending, at time.Time, vals []string, err error) {
+		p.at, p.vals, p.err = at, vals, err
+		if p != leader {
 			p.done <- struct{}{}
 		}
+	}
+	// Members whose caller gave up are not sent; those whose own timeout
+	// ran out while queued are answered with a timeout.
+	now := time.Now()
+	live := make([]*pending, 0, len(batch))
+	var deadline time.Time
+	for _, p := range batch {
+		switch {
+		case p.ctx.Err() != nil:
+			answer(p, time.Time{}, nil, p.ctx.Err())
+			continue
+		case b.timeout > 0 && !now.Before(p.deadline):
+			answer(p, time.Time{}, nil, fmt.Errorf("ratelimit: redis: no answer within %v: %w", b.timeout, context.DeadlineExceeded))
+			continue
+		}
+		if b.timeout > 0 && (deadline.IsZero() || p.deadline.Before(deadline)) {
+			deadline = p.deadline
+		}
+		live = append(live, p)
+	}
+	// Nobody waits past the last of the callers' deadlines either.
+	if dl, ok := latestDeadline(live); ok && len(live) > 0 && (deadline.IsZero() || dl.Before(deadline)) {
+		deadline = dl
+	}
+	var (
+		at   time.Time
+		err  error
+		undo []string // two per bucket of every call, in ModeTakeUndo
+	)
+	if len(live) > 0 {
+		mode, buckets := ModeTake, 0
+		for _, p := range live {
+			buckets += len(p.call.Buckets)
+			if p.undo {
+				mode = ModeTakeUndo
+			}
+		}
+		if mode == ModeTake {
+			buckets = 0
+		}
+		var bld Builder
+		bld.SetMinTTL(b.minTTL)
+		bld.Reset(live[0].now, mode)
+		calls := make([]*Call, len(live))
+		for i, p := range live {
+			bld.Add(p.call)
+			calls[i] = p.call
+		}
+		ctx := context.WithoutCancel(live[0].ctx) // the others wait on this call too
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		var vals []int64
+		vals, undo, err = b.send(ctx, bld.Keys, bld.Args, buckets)
+		if err == nil {
+			at, err = Decode(vals, calls)
+		}
+	}
+	// Hand over before answering, so the next call leaves as soon as
+	// possible.
+	b.Release()
+	k := 0
+	for _, p := range live {
+		var mine []string
+		if n := 2 * len(p.call.Buckets); err == nil && p.undo {
+			mine = undo[k : k+n : k+n]
+		}
+		k += 2 * len(p.call.Buckets)
+		answer(p, at, mine, err)
 	}
 }
 

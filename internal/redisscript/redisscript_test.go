@@ -3,6 +3,8 @@ package redisscript
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,22 +166,24 @@ func TestDecode(t *testing.T) {
 
 // fakeScript answers calls like the script would for token buckets of
 // burst 1 that are never refilled: the first take of a key passes. It
-// records the batches it saw.
+// records the batches it saw, and their modes. In ModeTakeUndo it returns,
+// per bucket, "" before and the key written (or "").
 type fakeScript struct {
 	mu      sync.Mutex
 	taken   map[string]bool
 	batches []int
+	modes   []string
 	block   chan struct{} // when set, each call waits on it
 	calls   atomic.Int64
 }
 
-func (f *fakeScript) send(ctx context.Context, keys []string, args []any) ([]int64, error) {
+func (f *fakeScript) send(ctx context.Context, keys []string, args []any, undo int) ([]int64, []string, error) {
 	f.calls.Add(1)
 	if f.block != nil {
 		select {
 		case <-f.block:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 	f.mu.Lock()
@@ -189,7 +193,9 @@ func (f *fakeScript) send(ctx context.Context, keys []string, args []any) ([]int
 	}
 	n := atoi(args[2])
 	f.batches = append(f.batches, n)
+	f.modes = append(f.modes, args[1].(string))
 	var out []int64
+	var vals []string
 	p := 4
 	for range n {
 		m := atoi(args[p+1])
@@ -197,14 +203,22 @@ func (f *fakeScript) send(ctx context.Context, keys []string, args []any) ([]int
 			key := keys[atoi(args[p+2+i*6])-1]
 			if f.taken[key] {
 				out = append(out, 0, 1, 0, 0, 1, 0)
+				vals = append(vals, "", "")
 			} else {
 				f.taken[key] = true
 				out = append(out, 1, 0, 0, 1, 0, 0)
+				vals = append(vals, "", key)
 			}
 		}
 		p += 2 + m*6
 	}
-	return append(out, 1767225600, 0), nil
+	if args[1] != ModeTakeUndo {
+		vals = nil
+	}
+	if len(vals) != 2*undo {
+		return nil, nil, fmt.Errorf("%d undo values, the store expects %d", len(vals), 2*undo)
+	}
+	return append(out, 1767225600, 0), vals, nil
 }
 
 func atoi(a any) int {
@@ -353,12 +367,83 @@ func TestBatcherCancelWhileQueued(t *testing.T) {
 func TestBatcherErrorsReachEveryone(t *testing.T) {
 	rules := testLimits(t)
 	boom := errors.New("boom")
-	b := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return nil, boom }, 8, 0, 0)
+	b := NewBatcher(func(context.Context, []string, []any, int) ([]int64, []string, error) { return nil, nil, boom }, 8, 0, 0)
 	if _, err := b.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, boom) {
 		t.Fatalf("Do error = %v, want boom", err)
 	}
-	bad := NewBatcher(func(context.Context, []string, []any) ([]int64, error) { return []int64{1}, nil }, 8, 0, 0)
+	bad := NewBatcher(func(context.Context, []string, []any, int) ([]int64, []string, error) { return []int64{1}, nil, nil }, 8, 0, 0)
 	if _, err := bad.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, ErrReply) {
 		t.Fatalf("Do error = %v, want ErrReply", err)
 	}
+}
+
+// TestBatcherStartUndo: Start claims an idle batcher for the caller to send
+// by itself; requests queued meanwhile, one of them asking for undo values,
+// go out together in one ModeTakeUndo call once it releases the batcher,
+// and only the one that asked gets its values.
+func TestBatcherStartUndo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules := testLimits(t)
+		f := &fakeScript{}
+		b := NewBatcher(f.send, 128, time.Second, 0)
+		_, lead := b.Start(context.Background(), "", call(rules, "own"), true)
+		if !lead {
+			t.Fatal("Start on an idle batcher: want to lead")
+		}
+		type answer struct {
+			vals []string
+			err  error
+		}
+		undo, plain := make(chan answer, 1), make(chan answer, 1)
+		tu, lu := b.Start(context.Background(), "", call(rules, "u"), true)
+		tp, lp := b.Start(context.Background(), "", call(rules, "p"), false)
+		if lu || lp {
+			t.Fatal("Start on a claimed batcher: want queued")
+		}
+		go func() { _, v, err := tu.Wait(); undo <- answer{v, err} }()
+		go func() { _, v, err := tp.Wait(); plain <- answer{v, err} }()
+		synctest.Wait()
+		if len(f.batches) != 0 {
+			t.Fatalf("sent %v before Release", f.batches)
+		}
+		b.Release()
+		u, p := <-undo, <-plain
+		if u.err != nil || p.err != nil || !slices.Equal(u.vals, []string{"", "u"}) || p.vals != nil {
+			t.Fatalf("undo answer %+v, plain answer %+v; want [\"\" u] and none", u, p)
+		}
+		if !slices.Equal(f.batches, []int{2}) || !slices.Equal(f.modes, []string{ModeTakeUndo}) {
+			t.Fatalf("batches %v in modes %v; want one call of 2 in mode %q", f.batches, f.modes, ModeTakeUndo)
+		}
+		// Released with nothing queued: idle again.
+		if _, lead := b.Start(context.Background(), "", call(rules, "again"), false); !lead {
+			t.Fatal("after the queue drained: want to lead")
+		}
+	})
+}
+
+// TestBatcherDeadlineWhileQueued: a request queued longer than the
+// timeout is answered with a timeout and not sent; the call bounds every
+// member's wait.
+func TestBatcherDeadlineWhileQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules := testLimits(t)
+		f := &fakeScript{}
+		const timeout = 100 * time.Millisecond
+		b := NewBatcher(f.send, 128, timeout, 0)
+		_, lead := b.Start(context.Background(), "", call(rules, "own"), false)
+		if !lead {
+			t.Fatal("want to lead")
+		}
+		tk, _ := b.Start(context.Background(), "", call(rules, "late"), false)
+		errc := make(chan error, 1)
+		go func() { _, _, err := tk.Wait(); errc <- err }()
+		time.Sleep(timeout)
+		b.Release()
+		if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("queued past its deadline: %v, want DeadlineExceeded", err)
+		}
+		if len(f.batches) != 0 {
+			t.Fatalf("batches %v: the late request was sent", f.batches)
+		}
+	})
 }

@@ -13,7 +13,7 @@ import (
 // benchAllow measures decisions through a core.Limiter on a standalone
 // server of its own (see redistests.Bench).
 func benchAllow(b *testing.B, bc redistests.Bench, opts ...goredis.Option) {
-	client := redis.NewClient(&redis.Options{Addr: redistest.Standalone(b).Addr, PoolSize: 128})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: redistest.Standalone(b).Addr, PoolSize: 128})
 	defer client.Close()
 	st := mustStore(b, client, opts...)
 	bc.Run(b, st, func() (int64, int64) { s := st.Stats(); return s.Local, s.Remote + s.Local })
@@ -37,4 +37,22 @@ func BenchmarkAllowThreeTiers(b *testing.B) {
 
 func BenchmarkDenyFloodLocal(b *testing.B) {
 	benchAllow(b, redistests.Bench{Parallel: true, Tiers: 1, Deny: true, Keys: 1}, goredis.WithLocalDenials())
+}
+
+// BenchmarkClusterThreeTiers: three tiers per request on a Cluster, their
+// keys in one hash slot (a hash-tagged prefix) or in three, whose slot
+// groups join the batches of their slots.
+func BenchmarkClusterThreeTiers(b *testing.B) {
+	cl := redistest.Cluster(b)
+	for _, bc := range []struct {
+		name   string
+		prefix string
+	}{{"one_slot", "{rl}"}, {"slots", "rl"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: cl.Addrs(), PoolSize: 128})
+			defer client.Close()
+			st := mustStore(b, client, goredis.WithPrefix(bc.prefix))
+			redistests.Bench{Parallel: true, Tiers: 3, Keys: 1000}.Run(b, st, nil)
+		})
+	}
 }

@@ -87,11 +87,12 @@ const (
 // dead server.
 func faultOptions(addr string) *redis.Options {
 	return &redis.Options{
-		Addr:         addr,
-		DialTimeout:  faultDialTimeout,
-		ReadTimeout:  faultIOTimeout,
-		WriteTimeout: faultIOTimeout,
-		PoolTimeout:  faultIOTimeout,
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           faultDialTimeout,
+		ReadTimeout:           faultIOTimeout,
+		WriteTimeout:          faultIOTimeout,
+		PoolTimeout:           faultIOTimeout,
 		// -1, not 0: go-redis reads 0 as its default of 3 retries.
 		MaxRetries:    -1,
 		DialerRetries: 1,
@@ -246,16 +247,16 @@ func TestFaultKillMidLoad(t *testing.T) {
 func testKillMidLoad(t *testing.T, mode core.FailureMode, withBreaker bool) {
 	checkFaultLeaks(t)
 	srv := redistest.Standalone(t)
-	store := mustStore(t, faultClient(t, faultOptions(srv.Addr)))
+	var storeOpts []goredis.Option
+	if withBreaker {
+		storeOpts = append(storeOpts, goredis.WithBreaker(3, 50*time.Millisecond))
+	}
+	store := mustStore(t, faultClient(t, faultOptions(srv.Addr)), storeOpts...)
 	// One token an hour: nothing refills during the test, so the fallback's
 	// admissions can be counted against the burst.
 	const burst, users, workers = 20, 4, 16
 	policy := redistests.Policy(t, core.Rule{Name: "kill", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)})
-	opts := []core.Option{core.WithStore(store), core.WithFailureMode(mode)}
-	if withBreaker {
-		opts = append(opts, core.WithBreaker(3, 50*time.Millisecond))
-	}
-	lim := redistests.Limiter(t, policy, opts...)
+	lim := redistests.Limiter(t, policy, core.WithStore(store), core.WithFailureMode(mode))
 	reqs := make([]core.Request, users)
 	for i := range reqs {
 		reqs[i] = core.Request{User: "user" + strconv.Itoa(i)}
@@ -379,7 +380,7 @@ func testKillMidLoad(t *testing.T, mode core.FailureMode, withBreaker bool) {
 	// The breaker's final state is not asserted: on a loaded machine a
 	// read timeout after the recovery may open it again, rightly.
 	t.Logf("%d decisions: %d wholly during the outage, %d degraded (%d with the breaker open, %d started after the restart); slowest %v; recovered %v after the restart; fallback admitted %v; breaker %v",
-		len(all), outage, degraded, breakerOpen, failedAfterRestart, maxTook, recovery.Round(time.Millisecond), fallbackAllowed, lim.BreakerState())
+		len(all), outage, degraded, breakerOpen, failedAfterRestart, maxTook, recovery.Round(time.Millisecond), fallbackAllowed, store.BreakerStates())
 }
 
 // flushAllScripts sends SCRIPT FLUSH to every server and, with check, makes
@@ -405,7 +406,7 @@ func TestFaultScriptFlush(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		checkFaultLeaks(t)
 		srv := redistest.Standalone(t)
-		client := faultClient(t, &redis.Options{Addr: srv.Addr})
+		client := faultClient(t, &redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 		servers := []*redistest.Server{srv}
 		t.Run("sequential", func(t *testing.T) { testFlushSequential(t, client, servers) })
 		t.Run("concurrent", func(t *testing.T) { testFlushConcurrent(t, client, servers) })
@@ -413,7 +414,7 @@ func TestFaultScriptFlush(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		checkFaultLeaks(t)
 		cl := redistest.Cluster(t)
-		client := faultClusterClient(t, &redis.ClusterOptions{Addrs: cl.Addrs()})
+		client := faultClusterClient(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: cl.Addrs()})
 		t.Run("sequential", func(t *testing.T) { testFlushSequential(t, client, cl.Masters) })
 		t.Run("concurrent", func(t *testing.T) { testFlushConcurrent(t, client, cl.Masters) })
 		t.Run("multi-slot", func(t *testing.T) { testFlushMultiSlot(t, client, cl) })
@@ -602,7 +603,7 @@ func testFlushMultiSlot(t *testing.T, client redis.UniversalClient, cl *redistes
 func TestFaultClusterSlotMigration(t *testing.T) {
 	checkFaultLeaks(t)
 	cl := redistest.Cluster(t)
-	client := faultClusterClient(t, &redis.ClusterOptions{Addrs: cl.Addrs(), MaxRedirects: 8})
+	client := faultClusterClient(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: cl.Addrs(), MaxRedirects: 8})
 	store := mustStore(t, client, goredis.WithClientClock(core.NewManualClock(frozenAt)))
 	// One token an hour and a frozen clock: nothing refills, and the key's
 	// TTL (the time to refill) is hours.
@@ -864,7 +865,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 	checkFaultLeaks(t)
 	var current atomic.Pointer[string]
 	f := redistests.StartFake(t, fakeScriptServer(func([]string) string { return *current.Load() }))
-	client := faultClient(t, &redis.Options{Addr: f.Addr, Protocol: 2, MaxRetries: -1, DisableIdentity: true,
+	client := faultClient(t, &redis.Options{ContextTimeoutEnabled: true, Addr: f.Addr, Protocol: 2, MaxRetries: -1, DisableIdentity: true,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	policy := redistests.Policy(t, core.Rule{Name: "garbage", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(1), 10)})
 	rule := policy.Rules()[0]
@@ -918,7 +919,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 			}
 			return redistests.RespInts(2, 0, 5, 0, 0, 0, fakeSec, 0)
 		}))
-		store := mustStore(t, faultClient(t, &redis.Options{Addr: f.Addr, Protocol: 2, MaxRetries: -1}))
+		store := mustStore(t, faultClient(t, &redis.Options{ContextTimeoutEnabled: true, Addr: f.Addr, Protocol: 2, MaxRetries: -1}))
 		take := core.Take{Cost: 1, Buckets: []core.Bucket{{Rule: rule.Name, Key: "u", Limit: &rule.Limit}}, States: make([]core.BucketState, 1)}
 		if err := store.Take(ctx, &take); !errors.Is(err, redisscript.ErrReply) {
 			t.Errorf("Take = %v, want an error wrapping ErrReply", err)
@@ -930,7 +931,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 
 	t.Run("NOSCRIPT forever", func(t *testing.T) {
 		f := redistests.StartFake(t, fakeScriptServer(func([]string) string { return "-NOSCRIPT No matching script. Please use EVAL.\r\n" }))
-		store := mustStore(t, faultClient(t, &redis.Options{Addr: f.Addr, Protocol: 2, MaxRetries: -1}))
+		store := mustStore(t, faultClient(t, &redis.Options{ContextTimeoutEnabled: true, Addr: f.Addr, Protocol: 2, MaxRetries: -1}))
 		for i := range 3 {
 			take := core.Take{Cost: 1, Buckets: []core.Bucket{{Rule: rule.Name, Key: "u", Limit: &rule.Limit}}, States: make([]core.BucketState, 1)}
 			if err := store.Take(ctx, &take); err == nil || !strings.Contains(err.Error(), "NOSCRIPT") {
@@ -969,7 +970,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 			return fakeReply(c, true, before, written)
 		}))
 		client := faultClusterClient(t, &redis.ClusterOptions{
-			MaxRetries: -1,
+			MaxRetries: -1, ContextTimeoutEnabled: true,
 			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
 				return []redis.ClusterSlot{{Start: 0, End: redistest.SlotCount - 1, Nodes: []redis.ClusterNode{{Addr: f.Addr}}}}, nil
 			},

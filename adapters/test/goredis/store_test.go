@@ -13,7 +13,7 @@ import (
 )
 
 // kit is the store, for the shared tests.
-var kit = redistests.Kit[redis.UniversalClient, goredis.Option, *goredis.Store]{New: goredis.New, Prefix: goredis.WithPrefix, Clock: goredis.WithClientClock, MinTTL: goredis.WithMinTTL, Unbatched: goredis.WithoutBatching, LocalDenials: goredis.WithLocalDenials}
+var kit = redistests.Kit[redis.UniversalClient, goredis.Option, *goredis.Store]{New: goredis.New, Prefix: goredis.WithPrefix, Clock: goredis.WithClientClock, MinTTL: goredis.WithMinTTL, Unbatched: goredis.WithoutBatching, LocalDenials: goredis.WithLocalDenials, Timeout: goredis.WithTimeout}
 
 // mustStore returns a store on c with a prefix of its own, then opts.
 func mustStore(t testing.TB, c redis.UniversalClient, opts ...goredis.Option) *goredis.Store {
@@ -28,7 +28,7 @@ func harness(client func(t testing.TB) redis.UniversalClient, opts ...goredis.Op
 
 func standaloneClient(srv *redistest.Server) func(t testing.TB) redis.UniversalClient {
 	return func(t testing.TB) redis.UniversalClient {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, PoolSize: 64})
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
@@ -36,7 +36,7 @@ func standaloneClient(srv *redistest.Server) func(t testing.TB) redis.UniversalC
 
 func clusterClient(cl *redistest.ClusterServer) func(t testing.TB) redis.UniversalClient {
 	return func(t testing.TB) redis.UniversalClient {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 64})
+		c := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: cl.Addrs(), PoolSize: 64})
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
@@ -68,7 +68,7 @@ func TestPropertiesCluster(t *testing.T) {
 func TestConformanceSentinel(t *testing.T) {
 	s := redistest.Sentinel(t)
 	conformance.RunStoreSuite(t, harness(func(t testing.TB) redis.UniversalClient {
-		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.SentinelAddr}, PoolSize: 64})
+		c := redis.NewFailoverClient(&redis.FailoverOptions{ContextTimeoutEnabled: true, MasterName: s.MasterName, SentinelAddrs: []string{s.SentinelAddr}, PoolSize: 64})
 		t.Cleanup(func() { c.Close() })
 		return c
 	}))

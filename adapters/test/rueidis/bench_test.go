@@ -5,6 +5,7 @@ import (
 
 	rstore "github.com/bucketry/ratelimit/adapters/rueidis"
 	redistests "github.com/bucketry/ratelimit/adapters/test"
+	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
 // benchAllow measures decisions through a core.Limiter on the shared
@@ -38,3 +39,19 @@ func BenchmarkDenyFloodLocalSerial(b *testing.B) {
 	benchAllow(b, serial(flood), rstore.WithLocalDenials())
 }
 func BenchmarkDenyFloodRemote(b *testing.B) { benchAllow(b, flood) }
+
+// BenchmarkClusterThreeTiers: three tiers per request on a Cluster, their
+// keys in one hash slot (a hash-tagged prefix) or in three, whose slot
+// groups join the batches of their slots.
+func BenchmarkClusterThreeTiers(b *testing.B) {
+	cl := redistest.Cluster(b)
+	for _, bc := range []struct {
+		name   string
+		prefix string
+	}{{"one_slot", "{rl}"}, {"slots", "rl"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			st := mustStore(b, newClient(b, clusterOpt(cl)), rstore.WithPrefix(bc.prefix))
+			redistests.Bench{Parallel: true, Tiers: 3, Keys: 1000}.Run(b, st, nil)
+		})
+	}
+}

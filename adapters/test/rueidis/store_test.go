@@ -98,7 +98,7 @@ func sentinelOpt(s *redistest.SentinelServer) rueidis.ClientOption {
 }
 
 // kit is the store, for the shared tests.
-var kit = redistests.Kit[rueidis.Client, rstore.Option, *rstore.Store]{New: rstore.New, Prefix: rstore.WithPrefix, Clock: rstore.WithClientClock, MinTTL: rstore.WithMinTTL, Unbatched: rstore.WithoutBatching, LocalDenials: rstore.WithLocalDenials}
+var kit = redistests.Kit[rueidis.Client, rstore.Option, *rstore.Store]{New: rstore.New, Prefix: rstore.WithPrefix, Clock: rstore.WithClientClock, MinTTL: rstore.WithMinTTL, Unbatched: rstore.WithoutBatching, LocalDenials: rstore.WithLocalDenials, Timeout: rstore.WithTimeout}
 
 // harness builds each case's store on one client shared by the whole suite:
 // every store has its own prefix, so they never meet.

@@ -20,6 +20,12 @@ type Client interface {
 	Eval(ctx context.Context, evals []*Eval, full bool)
 	// Del deletes key and returns the client's error, unwrapped.
 	Del(ctx context.Context, key string) error
+	// Slots returns the Cluster's slot map (CLUSTER SLOTS): each range of
+	// slots and its master's address. Only called in Cluster.
+	Slots(ctx context.Context) ([]SlotRange, error)
+	// Ping checks that Redis answers (every Cluster master, in Cluster),
+	// returning the client's error, unwrapped.
+	Ping(ctx context.Context) error
 }
 
 // Eval is one script call: its arguments, as redisscript.Builder encodes

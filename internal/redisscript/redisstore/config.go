@@ -18,13 +18,24 @@ type Config struct {
 	hashAll   bool          // hash every identity with secret
 	secret    []byte        // the HMAC key when hashAll
 	clock     core.Clock    // nil: the Redis server's TIME
-	timeout   time.Duration // bound on each Take; 0: none
+	timeout   time.Duration // bound on each Take's wait
+	failures  int           // breaker threshold; 0: no breakers
+	cooldown  time.Duration // breaker cooldown
+	breaker   bool          // WithBreaker was given
+	require   bool          // Redis must answer at construction
 	minTTL    time.Duration // least life of a written key; 0: exact
 	local     bool          // answer provable denials locally
 	localKeys int           // bucket keys the cached local denials track
 	noBatch   bool          // one script call per request
 	errs      []error
 }
+
+// DefaultTimeout bounds the wait of each Take when WithTimeout does not say
+// otherwise. A script call takes well under a millisecond on a healthy
+// network; 100ms is two orders of magnitude above that, room for a Cluster
+// redirect or a reconnect, yet short enough that a dead or hung Redis costs
+// a request no more than a slow upstream would.
+const DefaultTimeout = 100 * time.Millisecond
 
 // defaultLocalKeys bounds the keys that local denials from client-side
 // cached state track, by default.
@@ -34,7 +45,7 @@ const defaultLocalKeys = 100_000
 // opts applied in order by apply. A nil option is not applied: newStore
 // then fails naming its position, counted from 0.
 func configure[O comparable](name string, opts []O, apply func(O, *Config)) Config {
-	c := Config{name: name, prefix: "ratelimit", localKeys: defaultLocalKeys}
+	c := Config{name: name, prefix: "ratelimit", localKeys: defaultLocalKeys, timeout: DefaultTimeout}
 	var none O
 	for i, o := range opts {
 		if o == none {
@@ -52,7 +63,7 @@ func (c *Config) Fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%w: %s: "+format, append([]any{core.ErrInvalidOption, c.name}, args...)...))
 }
 
-// Timeout returns the bound on each Take (0: none).
+// Timeout returns the bound on each Take's wait.
 func (c *Config) Timeout() time.Duration { return c.timeout }
 
 // The settings of the stores' options, each named after its option (see
@@ -78,6 +89,14 @@ func ClientClock(clock core.Clock) func(*Config) {
 	}
 }
 
+// Breaker gives every failure domain a circuit breaker.
+func Breaker(failures int, cooldown time.Duration) func(*Config) {
+	return func(c *Config) { c.breaker, c.failures, c.cooldown = true, failures, cooldown }
+}
+
+// RequireRedis makes the constructor fail when Redis does not answer.
+func RequireRedis(c *Config) { c.require = true }
+
 // Timeout bounds each Take.
 func Timeout(d time.Duration) func(*Config) { return func(c *Config) { c.timeout = d } }
 
@@ -96,8 +115,16 @@ func NoBatching(c *Config) { c.noBatch = true }
 // check validates c and returns its key namer. The error joins every
 // problem found, each wrapping core.ErrInvalidOption.
 func (c *Config) check() (*redisscript.Keys, error) {
-	if c.timeout < 0 {
-		c.Fail("WithTimeout: the timeout must be >= 0, got %v", c.timeout)
+	if c.timeout <= 0 {
+		c.Fail("WithTimeout: the timeout must be > 0, got %v", c.timeout)
+	}
+	if c.breaker {
+		if c.failures < 1 || c.failures > core.MaxBreakerFailures {
+			c.Fail("WithBreaker: failures must be between 1 and %d, got %d", core.MaxBreakerFailures, c.failures)
+		}
+		if c.cooldown <= 0 {
+			c.Fail("WithBreaker: cooldown must be > 0, got %v", c.cooldown)
+		}
 	}
 	if c.minTTL < 0 || c.minTTL > core.MaxSpan {
 		c.Fail("WithMinTTL: the TTL must be between 0 and %v, got %v", core.MaxSpan, c.minTTL)
@@ -118,3 +145,10 @@ func (c *Config) check() (*redisscript.Keys, error) {
 	}
 	return redisscript.NewKeys(c.prefix, c.hashAll, c.secret)
 }
+
+// Required reports whether RequireRedis was applied.
+func (c *Config) Required() bool { return c.require }
+
+// NotRequired undoes RequireRedis: for a stand-in client that must not be
+// asked.
+func NotRequired(c *Config) { c.require = false }

@@ -26,9 +26,11 @@ func clockOpt(clock core.Clock) opt { return optFunc(ClientClock(clock)) }
 // nopClient is a Client that is never called: New does not touch Redis.
 type nopClient struct{}
 
-func (nopClient) Cluster() bool                       { return false }
-func (nopClient) Eval(context.Context, []*Eval, bool) {}
-func (nopClient) Del(context.Context, string) error   { return nil }
+func (nopClient) Cluster() bool                              { return false }
+func (nopClient) Eval(context.Context, []*Eval, bool)        {}
+func (nopClient) Del(context.Context, string) error          { return nil }
+func (nopClient) Slots(context.Context) ([]SlotRange, error) { return nil, nil }
+func (nopClient) Ping(context.Context) error                 { return nil }
 
 // wantInvalid fails t unless err wraps core.ErrInvalidOption and says
 // "test: " then msg.
@@ -47,6 +49,9 @@ func TestConfigCheck(t *testing.T) {
 	}{
 		{"defaults", nil, ""},
 		{"negative timeout", []opt{optFunc(Timeout(-1))}, "WithTimeout"},
+		{"zero timeout", []opt{optFunc(Timeout(0))}, "WithTimeout: the timeout must be > 0"},
+		{"zero breaker failures", []opt{optFunc(Breaker(0, time.Second))}, "WithBreaker: failures must be between 1"},
+		{"zero breaker cooldown", []opt{optFunc(Breaker(1, 0))}, "WithBreaker: cooldown must be > 0"},
 		{"negative min TTL", []opt{optFunc(MinTTL(-1))}, "WithMinTTL"},
 		{"min TTL past MaxSpan", []opt{optFunc(MinTTL(core.MaxSpan + 1))}, "WithMinTTL"},
 		{"empty prefix", []opt{prefixOpt("")}, "WithPrefix"},

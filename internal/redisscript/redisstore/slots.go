@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
@@ -11,13 +12,16 @@ import (
 // group is the buckets of one Cluster hash slot.
 type group struct {
 	slot int
+	dm   *domain // its node
 	idx  []int
 	call redisscript.Call
 	b    redisscript.Builder
 	eval Eval
-	vals []int64  // the reply's integers; nil: no usable reply
+	vals []int64  // the reply's integers, in multi; nil: no usable reply
 	undo []string // from the take (ModeTakeUndo): before and written, per bucket
 	at   time.Time
+	err  error // the take's failure, if it failed
+	tk   redisscript.Ticket
 	// the round trip the group's state was last read in
 	sent, recv time.Time
 	refunded   bool
@@ -29,12 +33,9 @@ type group struct {
 // bucket that still holds what the take wrote gets its earlier value back
 // exactly, others the cost. Until then the tokens are held, so this can
 // under-admit for a moment; it never over-admits.
-func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *core.Take) error {
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *core.Take) error {
+	ctx, cancel := context.WithTimeout(caller, s.timeout)
+	defer cancel()
 	var groups []*group
 	bySlot := map[int]*group{}
 	for i, k := range keys {
@@ -49,34 +50,56 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 		g.call.Buckets = append(g.call.Buckets, t.Buckets[i])
 		g.call.Keys = append(g.call.Keys, k)
 	}
+	// Each node's breaker first: the buckets of nodes it refuses are not
+	// sent, nor the others, which the limiter may then decide alone.
+	admitted := map[*domain]bool{} // node -> whether it probes
+	var (
+		refused []int
+		open    error
+	)
+	for _, g := range groups {
+		g.dm = s.domains.of(g.slot)
+		if _, ok := admitted[g.dm]; ok {
+			continue
+		}
+		probe, o := g.dm.br.Admit()
+		if o != nil {
+			open = o
+			refused = append(refused, g.idx...)
+			continue
+		}
+		admitted[g.dm] = probe
+	}
+	if open != nil {
+		s.n.refused.Add(1)
+		for dm, probe := range admitted {
+			if probe {
+				dm.br.Abandon()
+			}
+		}
+		if len(refused) == len(keys) {
+			return open
+		}
+		slices.Sort(refused)
+		return &core.PartialError{Failed: refused, Err: open}
+	}
 	for _, g := range groups {
 		g.call.Cost = t.Cost
 		g.call.States = make([]core.BucketState, len(g.idx))
-		g.b.SetMinTTL(s.minTTL)
-		g.b.Reset(now, redisscript.ModeTakeUndo)
-		g.b.Add(&g.call)
 	}
 	sent := time.Now()
-	err := s.multi(ctx, groups)
+	err := s.sendGroups(ctx, now, groups)
 	recv := time.Now()
+	s.settleGroups(caller, groups, admitted)
 	all := err == nil
 	for _, g := range groups {
 		g.sent, g.recv = sent, recv
-		if g.vals == nil {
-			continue
-		}
-		at, derr := redisscript.Decode(g.vals, []*redisscript.Call{&g.call})
-		if derr != nil {
-			g.vals = nil
-			if err == nil {
-				err = derr
-			}
+		if g.err != nil {
 			all = false
 			continue
 		}
-		g.at = at
 		if now == "" && s.local != nil {
-			s.local.setClock(g.slot, at, sent, recv)
+			s.local.setClock(g.slot, g.at, sent, recv)
 		}
 		all = all && g.call.Allowed()
 	}
@@ -85,7 +108,7 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 		// failure, means the request as a whole consumed nothing.
 		var back []*group
 		for _, g := range groups {
-			if g.vals != nil && g.call.Allowed() {
+			if g.err == nil && g.call.Allowed() {
 				g.b.Reset(redisscript.NowArg(g.at), redisscript.ModeRefund)
 				g.b.AddRefund(&g.call, g.undo)
 				g.vals = nil
@@ -95,8 +118,12 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 		}
 		if len(back) > 0 {
 			s.n.refunds.Add(int64(len(back)))
+			// A bound of its own: the take's may be spent by a node that
+			// did not answer, and the tokens must go back.
+			rctx, rcancel := context.WithTimeout(caller, s.timeout)
+			defer rcancel()
 			rsent := time.Now()
-			rerr := s.multi(ctx, back)
+			rerr := s.multi(rctx, back)
 			rrecv := time.Now()
 			for _, g := range back {
 				g.sent, g.recv = rsent, rrecv
@@ -112,7 +139,11 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 			}
 			if err == nil {
 				err = rerr
+			} else if rerr == nil && !callerEnded(caller) {
+				err = partial(groups, len(keys), err)
 			}
+		} else if err != nil && !callerEnded(caller) {
+			err = partial(groups, len(keys), err)
 		}
 	}
 	if s.local != nil {
@@ -130,6 +161,88 @@ func (s *Store) takeSlots(ctx context.Context, now string, keys []string, t *cor
 		}
 	}
 	return nil
+}
+
+// sendGroups takes every group's call (ModeTakeUndo) and sets its States,
+// at, undo and err. With batching, each group joins its slot's batch: the
+// groups whose batcher was idle go out together in one pipelined round
+// trip, the others with the requests queued on theirs. It returns the first
+// error.
+func (s *Store) sendGroups(ctx context.Context, now string, groups []*group) error {
+	var lead, queued []*group
+	for _, g := range groups {
+		if s.batchers == nil {
+			lead = append(lead, g)
+			continue
+		}
+		var ok bool
+		if g.tk, ok = s.batchers.For(g.slot).Start(ctx, now, &g.call, true); ok {
+			lead = append(lead, g)
+		} else {
+			queued = append(queued, g)
+		}
+	}
+	var first error
+	if len(lead) > 0 {
+		for _, g := range lead {
+			g.b.SetMinTTL(s.minTTL)
+			g.b.Reset(now, redisscript.ModeTakeUndo)
+			g.b.Add(&g.call)
+		}
+		first = s.multi(ctx, lead)
+		for _, g := range lead {
+			if s.batchers != nil {
+				s.batchers.For(g.slot).Release()
+			}
+			if g.vals == nil {
+				g.err = first
+				if g.eval.Err != nil {
+					g.err = g.eval.Err
+				}
+				continue
+			}
+			if g.at, g.err = redisscript.Decode(g.vals, []*redisscript.Call{&g.call}); g.err != nil && first == nil {
+				first = g.err
+			}
+		}
+	}
+	for _, g := range queued {
+		if g.at, g.undo, g.err = g.tk.Wait(); g.err != nil && first == nil {
+			first = g.err
+		}
+	}
+	return first
+}
+
+// settleGroups tells each node's breaker how its groups' calls went: a
+// failure if any failed. Nothing when the caller gave up.
+func (s *Store) settleGroups(ctx context.Context, groups []*group, admitted map[*domain]bool) {
+	failed := map[*domain]error{}
+	for _, g := range groups {
+		if g.err != nil && failed[g.dm] == nil {
+			failed[g.dm] = g.err
+		}
+	}
+	for dm, probe := range admitted {
+		s.settle(ctx, dm, probe, true, failed[dm])
+	}
+}
+
+// partial returns err as a core.PartialError naming the buckets of the
+// groups whose call failed, when some groups' calls succeeded (and were
+// given back): the limiter may then decide those alone. Otherwise err.
+func partial(groups []*group, n int, err error) error {
+	var failed []int
+	for _, g := range groups {
+		if g.err != nil {
+			failed = append(failed, g.idx...)
+		}
+	}
+	if len(failed) == 0 || len(failed) == n {
+		return err
+	}
+	slices.Sort(failed)
+	return &core.PartialError{Failed: failed, Err: err}
 }
 
 // multi sends every group's call in one round trip and reads the replies

@@ -26,9 +26,10 @@ type Store struct {
 	cache    Cache                 // the client's, when local is set
 	local    *local                // denials from cached state: WithLocalDenials on a Cache
 	batchers *redisscript.Batchers // nil without batching
+	domains  *domains              // failure domains and their breakers
 
 	n struct {
-		remote, local, fetched, hits, misses, reloads, refunds atomic.Int64
+		remote, local, fetched, hits, misses, reloads, refunds, refused atomic.Int64
 	}
 }
 
@@ -59,6 +60,7 @@ func newStore(client Client, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: client, cluster: client.Cluster(), keys: keys, clock: cfg.clock, timeout: cfg.timeout, minTTL: cfg.minTTL}
+	s.domains = newDomains(client, cfg.failures, cfg.cooldown)
 	slots := 1
 	if s.cluster {
 		slots = 16384
@@ -73,8 +75,21 @@ func newStore(client Client, cfg Config) (*Store, error) {
 	if !cfg.noBatch {
 		s.batchers = redisscript.NewBatchers(slots, s.send, s.timeout, s.minTTL)
 	}
+	if cfg.require {
+		ctx, cancel := context.WithTimeout(context.Background(), max(s.timeout, startupTimeout))
+		defer cancel()
+		if err := client.Ping(ctx); err != nil {
+			return nil, fmt.Errorf("%w: %s: WithRequireRedis: redis does not answer: %w", core.ErrUnavailable, cfg.name, err)
+		}
+	}
+	if s.cluster {
+		s.domains.refresh(false) // learn the slot map before the first decision needs it
+	}
 	return s, nil
 }
+
+// startupTimeout is the least time WithRequireRedis gives Redis to answer.
+const startupTimeout = time.Second
 
 // Stats counts how a Store's decisions were made. Every Take that passes
 // validation counts once in Remote, Local or Fetched.
@@ -86,6 +101,7 @@ type Stats struct {
 	CacheMisses int64 // bucket states read from Redis
 	Reloads     int64 // scripts sent in full after NOSCRIPT
 	Refunds     int64 // Cluster slot groups given back after another group denied
+	Refused     int64 // takes refused at once by an open circuit breaker (wholly or in part)
 }
 
 // Stats returns the store's counters.
@@ -98,8 +114,15 @@ func (s *Store) Stats() Stats {
 		CacheMisses: s.n.misses.Load(),
 		Reloads:     s.n.reloads.Load(),
 		Refunds:     s.n.refunds.Load(),
+		Refused:     s.n.refused.Load(),
 	}
 }
+
+// BreakerStates reports the state of each failure domain's circuit
+// breaker, by domain: a Cluster node's address, or "redis" for the whole
+// server (outside Cluster, and in Cluster until the slot map is known).
+// Empty without WithBreaker. It is meant for health checks and metrics.
+func (s *Store) BreakerStates() map[string]core.BreakerState { return s.domains.states() }
 
 // Key returns the Redis key of bucket (rule, id).
 func (s *Store) Key(rule, id string) string { return s.keys.Key(rule, id) }
@@ -145,31 +168,72 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 	for i := range t.Buckets {
 		keys[i] = s.keys.Key(t.Buckets[i].Rule, t.Buckets[i].Key)
 	}
+	slot, one := s.oneSlot(keys)
+	if !one {
+		return ctxErr(ctx, s.takeSlots(ctx, now, keys, t))
+	}
+	dm := s.domains.of(slot)
+	probe, open := dm.br.Admit()
+	if open != nil {
+		s.n.refused.Add(1)
+		return open
+	}
+	remote, err := s.takeSlot(ctx, now, slot, keys, t)
+	err = ctxErr(ctx, err)
+	s.settle(ctx, dm, probe, remote, err)
+	return err
+}
+
+// takeSlot decides a take whose buckets lie in one hash slot, locally when
+// it can, and reports whether it called Redis.
+func (s *Store) takeSlot(ctx context.Context, now string, slot int, keys []string, t *core.Take) (bool, error) {
 	var sent time.Time
 	switch {
 	case s.denials != nil:
 		sent = s.localNow(t)
 		if s.denials.answer(keys, t, sent) {
 			s.n.local.Add(1)
-			return nil
+			return false, nil
 		}
 	case s.local != nil:
 		done, err := s.denyLocally(ctx, now, keys, t)
 		if err != nil || done {
-			return ctxErr(ctx, err)
+			return err != nil, err
 		}
 	}
 	s.n.remote.Add(1)
-	var err error
-	if slot, one := s.oneSlot(keys); one {
-		err = s.takeOne(ctx, now, slot, keys, t)
-	} else {
-		err = s.takeSlots(ctx, now, keys, t)
-	}
+	err := s.takeOne(ctx, now, slot, keys, t)
 	if err == nil && s.denials != nil {
 		s.denials.record(keys, t, sent, s.localNow(t))
 	}
-	return ctxErr(ctx, err)
+	return true, err
+}
+
+// settle tells dm's breaker how an admitted call went: nothing when the
+// caller gave up (a probe hands its turn on) or when Redis was not called
+// after all, else its success or failure. A failure also asks for a fresh
+// slot map: it may be a failover.
+func (s *Store) settle(ctx context.Context, dm *domain, probe, remote bool, err error) {
+	if err != nil && callerEnded(ctx) || !remote {
+		if probe {
+			dm.br.Abandon()
+		}
+		return
+	}
+	dm.br.Record(probe, err)
+	if err != nil {
+		s.domains.failed()
+	}
+}
+
+// callerEnded reports whether the caller's ctx is done or past its
+// deadline: its failures say nothing about Redis.
+func callerEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // ctxErr makes an error that comes with the end of the caller's context say
@@ -269,7 +333,7 @@ func (s *Store) direct(ctx context.Context, now string, c *redisscript.Call) (ti
 	b.SetMinTTL(s.minTTL)
 	b.Reset(now, redisscript.ModeTake)
 	b.Add(c)
-	vals, err := s.send(ctx, b.Keys, b.Args)
+	vals, _, err := s.send(ctx, b.Keys, b.Args, 0)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -289,20 +353,20 @@ var singles = sync.Pool{New: func() any {
 	return s
 }}
 
-// send runs one script call and returns the reply's integers. It is the
-// Batchers' Sender.
-func (s *Store) send(ctx context.Context, keys []string, args []any) ([]int64, error) {
+// send runs one script call and returns the reply's integers and its undo
+// values (for undo buckets; 0: none). It is the Batchers' Sender.
+func (s *Store) send(ctx context.Context, keys []string, args []any, undo int) ([]int64, []string, error) {
 	one := singles.Get().(*single)
 	defer singles.Put(one)
 	e := &one.eval
 	*e = Eval{Keys: keys, Args: args}
 	s.run(ctx, one.evals[:])
-	vals, err := e.Ints, check(e, 0)
+	vals, vundo, err := e.Ints, e.Undo, check(e, undo)
 	*e = Eval{} // keep nothing of the call alive in the pool
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return vals, nil
+	return vals, vundo, nil
 }
 
 // run sends evals in one round trip, then again in full, in a second one,

@@ -1,0 +1,170 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// domainStore is a store of two failure domains on one MemoryStore: while
+// down is set, a take with any bucket of a rule named "far*" fails for those
+// buckets with a PartialError and changes nothing; the rest of the take is
+// never applied. bad, when set, replaces the failed indices.
+type domainStore struct {
+	m     *MemoryStore
+	down  atomic.Bool
+	bad   []int
+	calls atomic.Int64
+}
+
+func (s *domainStore) Take(ctx context.Context, t *Take) error {
+	s.calls.Add(1)
+	if s.down.Load() {
+		var failed []int
+		for i, b := range t.Buckets {
+			if strings.HasPrefix(b.Rule, "far") {
+				failed = append(failed, i)
+			}
+		}
+		if s.bad != nil {
+			failed = s.bad
+		}
+		if len(failed) > 0 {
+			return &PartialError{Failed: failed, Err: errDown}
+		}
+	}
+	return s.m.Take(ctx, t)
+}
+
+// TestPartialFailure: a request whose tiers span a failed domain ("far",
+// burst 1 on the fallback) and a healthy one ("near", burst 2 on the store)
+// is decided by the failure mode for the failed tier only.
+func TestPartialFailure(t *testing.T) {
+	rules := []Rule{
+		{Name: "near", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 2)},
+		{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)},
+	}
+	type want struct {
+		allowed bool
+		reason  Reason
+		tiers   []string // the rules of Decision.Tiers
+		err     error    // from AllowAt
+	}
+	for _, tc := range []struct {
+		mode  FailureMode
+		steps []want // three decisions by different users, then a fourth after the domain is back
+	}{
+		{FailOpen, []want{
+			// far counts as allowing; near's burst of 2 still applies.
+			{true, ReasonNone, []string{"near"}, nil},
+			{true, ReasonNone, []string{"near"}, nil},
+			{false, ReasonLimited, []string{"near"}, nil},
+		}},
+		{FailClosed, []want{
+			{false, ReasonUnavailable, nil, ErrUnavailable},
+			{false, ReasonUnavailable, nil, ErrUnavailable},
+			{false, ReasonUnavailable, nil, ErrUnavailable},
+		}},
+		{FailFallback, []want{
+			// Each user's far bucket is new on the fallback; near limits.
+			{true, ReasonNone, []string{"near", "far"}, nil},
+			{true, ReasonNone, []string{"near", "far"}, nil},
+			{false, ReasonLimited, []string{"near", "far"}, nil},
+		}},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			m, _ := NewMemoryStore()
+			s := &domainStore{m: m}
+			s.down.Store(true)
+			l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(tc.mode)}, rules...)
+			ctx := context.Background()
+			for i, w := range tc.steps {
+				d, err := l.AllowAt(ctx, t0, Request{User: string(rune('a' + i))}, 1)
+				if !errors.Is(err, w.err) || (w.err == nil && err != nil) {
+					t.Fatalf("step %d: err = %v, want %v", i, err, w.err)
+				}
+				if d.Allowed != w.allowed || d.Reason != w.reason || !d.Degraded || !errors.Is(d.Err, errDown) {
+					t.Fatalf("step %d: %+v; want allowed %v, reason %v, degraded with the store's error", i, d, w.allowed, w.reason)
+				}
+				var got []string
+				for _, ts := range d.Tiers() {
+					got = append(got, ts.Rule.Name)
+				}
+				if strings.Join(got, ",") != strings.Join(w.tiers, ",") {
+					t.Fatalf("step %d: tiers %v, want %v", i, got, w.tiers)
+				}
+			}
+			// What the healthy domain holds now: near consumed only by
+			// admitted requests.
+			s.down.Store(false)
+			wantLeft := int64(0)
+			if tc.mode == FailClosed {
+				wantLeft = 2
+			}
+			if got := nearLeft(t, m, l); got != wantLeft {
+				t.Fatalf("near has %d tokens left on the store, want %d", got, wantLeft)
+			}
+		})
+	}
+}
+
+// TestPartialFallbackDenies: when the fallback denies the failed tier, the
+// healthy tier is not called, so consumes nothing.
+func TestPartialFallbackDenies(t *testing.T) {
+	m, _ := NewMemoryStore()
+	s := &domainStore{m: m}
+	s.down.Store(true)
+	l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailFallback)},
+		Rule{Name: "near", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 5)},
+		Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+	ctx := context.Background()
+	if d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1); err != nil || !d.Allowed {
+		t.Fatalf("first: %+v, %v; want allowed", d, err)
+	}
+	calls := s.calls.Load()
+	d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+	if err != nil || d.Allowed || d.Rule != "far" || !d.Degraded {
+		t.Fatalf("second: %+v, %v; want denied by far on the fallback", d, err)
+	}
+	if got := s.calls.Load() - calls; got != 1 {
+		t.Fatalf("second: %d store calls, want 1 (the failing one; near is not asked)", got)
+	}
+	if got := nearLeft(t, m, l); got != 4 {
+		t.Fatalf("near has %d tokens left on the store, want 4", got)
+	}
+}
+
+// nearLeft reads the tokens left in rule near's global bucket on m.
+func nearLeft(t *testing.T, m *MemoryStore, l *Limiter) int64 {
+	t.Helper()
+	st := make([]BucketState, 1)
+	b := []Bucket{{Rule: "near", Key: globalKey, Limit: &l.Policy().rules[0].Limit}}
+	if err := m.Take(context.Background(), &Take{Now: t0, Buckets: b, States: st}); err != nil {
+		t.Fatal(err)
+	}
+	return st[0].Remaining
+}
+
+// TestPartialErrorInvalid: a PartialError that does not name a proper subset
+// of the buckets counts as a failure of the whole take.
+func TestPartialErrorInvalid(t *testing.T) {
+	for _, bad := range [][]int{{0, 1}, {2}, {-1}, {1, 1}, {1, 0}} {
+		m, _ := NewMemoryStore()
+		s := &domainStore{m: m, bad: bad}
+		s.down.Store(true)
+		l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailOpen)},
+			Rule{Name: "near", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 1)},
+			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+		for range 2 {
+			d, err := l.AllowAt(context.Background(), t0, Request{User: "u"}, 1)
+			if err != nil || !d.Allowed || !d.Degraded || len(d.Tiers()) != 0 {
+				t.Fatalf("Failed %v: %+v, %v; want allowed as a whole failure, no tiers", bad, d, err)
+			}
+		}
+		if s.calls.Load() != 2 {
+			t.Fatalf("Failed %v: %d store calls, want 2 (no second call per decision)", bad, s.calls.Load())
+		}
+	}
+}
