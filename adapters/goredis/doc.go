@@ -2,10 +2,13 @@
 // Sentinel (failover clients) and Cluster. Several instances of a service
 // share their limits through it, exactly.
 //
-//	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: "localhost:6379"})
-//	store, err := goredis.New(client)
+//	store, err := goredis.Open(&redis.UniversalOptions{Addrs: []string{"localhost:6379"}})
 //	...
 //	limiter, err := core.NewLimiter(policy, core.WithStore(store))
+//
+// Open builds the client and sets ContextTimeoutEnabled, without which
+// go-redis ignores context deadlines; New takes a client of your own, which
+// must have it set.
 //
 // # One script, one round trip
 //
@@ -46,6 +49,25 @@
 // hashed, and WithHashedIdentities hashes them all with a secret so that raw
 // user ids and addresses never reach Redis.
 //
+// # Failures
+//
+// Every wait of a Take is bounded, 100ms by default (WithTimeout): queueing
+// behind a batch in flight, dialing, the client's retries, redirects and the reply. A Take that
+// runs out of it fails, and the limiter's failure mode decides. With
+// WithBreaker, each failure domain has a circuit breaker: a Cluster master
+// (the owner of a key's slot, from CLUSTER SLOTS, refreshed every 5s and
+// within 100ms of a failure, so that a promoted replica or a moved slot
+// takes its keys to the new owner's breaker), or the server outside
+// Cluster. A dead master then costs its own keys a failure at once, without
+// a call, and no other key anything. A request whose buckets span a failed
+// node and a healthy one gets a core.PartialError, having changed nothing
+// on the healthy node, and the failure mode decides the failed tiers only
+// (see core.FailureMode). A store starts while Redis is down (WithRequireRedis makes New and Open
+// fail instead); an empty or malformed address is a construction error.
+//
+// The README's "Production set-up" section gives the recommended options,
+// each exercised by a test.
+//
 // # Local denials
 //
 // With WithLocalDenials, a repeat of a denied request (the same buckets, the
@@ -62,5 +84,6 @@
 // real one, which under-admits and never over-admits. A rule change (a new
 // policy) drops local denials; allowed requests always go to Redis.
 //
-// Stats counts remote and local decisions, script reloads and refunds.
+// Stats counts remote and local decisions, script reloads, refunds and
+// takes refused by an open breaker.
 package goredis

@@ -7,15 +7,15 @@
 //		rlrueidis "github.com/bucketry/ratelimit/adapters/rueidis"
 //	)
 //
-//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"localhost:6379"}})
-//	...
-//	store, err := rlrueidis.New(client, rlrueidis.WithLocalDenials())
+//	store, err := rlrueidis.Open(rueidis.ClientOption{InitAddress: []string{"localhost:6379"}}, rlrueidis.WithLocalDenials())
 //	...
 //	limiter, err := core.NewLimiter(policy, core.WithStore(store))
 //
 // The client decides the topology: one address of a standalone server, the
 // sentinels with ClientOption.Sentinel.MasterSet, or the nodes of a Cluster
-// (Client.Mode reports "cluster"). The store never closes the client.
+// (Client.Mode reports "cluster"). Open builds the client, owns it and
+// closes it on Close; New takes a client of your own, which the store never
+// closes.
 //
 // # One script, one round trip
 //
@@ -62,6 +62,28 @@
 // slot ({ and }) nor forge another key; identities longer than 128 bytes are
 // hashed, and WithHashedIdentities hashes them all with a secret so that raw
 // user ids and addresses never reach Redis.
+//
+// # Failures
+//
+// Every wait of a Take is bounded, 100ms by default (WithTimeout): queueing
+// behind a batch in flight, reconnecting, redirects and the reply. A Take that
+// runs out of it fails, and the limiter's failure mode decides. With
+// WithBreaker, each failure domain has a circuit breaker: a Cluster master
+// (the owner of a key's slot, from CLUSTER SLOTS, refreshed every 5s and
+// within 100ms of a failure, so that a promoted replica or a moved slot
+// takes its keys to the new owner's breaker), or the server outside
+// Cluster. A dead master then costs its own keys a failure at once, without
+// a call, and no other key anything. A request whose buckets span a failed
+// node and a healthy one gets a core.PartialError, having changed nothing
+// on the healthy node, and the failure mode decides the failed tiers only
+// (see core.FailureMode). rueidis.NewClient fails while Redis is down: Open builds the client
+// itself and, if Redis cannot be reached, returns a store whose decisions
+// fail (the failure mode decides) while it tries again every 250ms in the
+// background, as a go-redis store starts whatever the state of Redis.
+// WithRequireRedis makes New and Open fail instead.
+//
+// The README's "Production set-up" section gives the recommended options,
+// each exercised by a test.
 //
 // # Local denials with client-side caching
 //
@@ -142,5 +164,5 @@
 // from Redis's answers.
 //
 // Stats counts remote and local decisions, cache hits and misses, script
-// reloads and refunds.
+// reloads, refunds and takes refused by an open breaker.
 package rueidis
