@@ -89,7 +89,15 @@ func read(cmd *redis.Cmd, e *redisstore.Eval) {
 	e.Ints = ints
 }
 
+// Slots also asks a ClusterClient to reload its own slot map: it learns a
+// new owner from MOVED replies, which a dead master never sends, or once its
+// map is older than ClusterStateReloadInterval (a minute by default), so
+// that without this a failed-over master's keys would stay unavailable long
+// after the promotion.
 func (g *goRedis) Slots(ctx context.Context) ([]redisstore.SlotRange, error) {
+	if c, ok := g.client.(*redis.ClusterClient); ok {
+		c.ReloadState(ctx)
+	}
 	slots, err := g.client.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, err
