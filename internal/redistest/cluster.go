@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -30,7 +31,8 @@ type ClusterServer struct {
 	// replicates Masters[j%3]. Empty without WithReplicas.
 	Replicas []*Server
 
-	timeout time.Duration
+	timeout   time.Duration
+	tlsConfig *tls.Config // the client side of WithTLS, nil without it
 }
 
 // Cluster starts a Redis Cluster of 3 masters on free loopback ports (bus
@@ -147,12 +149,18 @@ func startCluster(cl *cleanups, opts []Option) (*ClusterServer, error) {
 	nodes := make([]*Server, n)
 	errs := make([]error, n)
 	argsFor := func(b binary, port int, dir string) ([]string, error) {
-		return dataArgs(cfg, b, port, dir,
+		extra := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
 			"--cluster-announce-ip", "127.0.0.1",
-		), nil
+		}
+		if cfg.certs != nil {
+			// The bus and replication over TLS too: nodes then announce
+			// their TLS port, and the bus listens on it plus 10000.
+			extra = append(extra, "--tls-cluster", "yes", "--tls-replication", "yes")
+		}
+		return dataArgs(cfg, b, port, dir, extra...), nil
 	}
 	var wg sync.WaitGroup
 	for i := range nodes {
@@ -163,6 +171,9 @@ func startCluster(cl *cleanups, opts []Option) (*ClusterServer, error) {
 		return nil, err
 	}
 	c := &ClusterServer{Masters: nodes[:clusterMasters], Replicas: nodes[clusterMasters:], timeout: cfg.startTimeout}
+	if cfg.certs != nil {
+		c.tlsConfig = cfg.certs.client
+	}
 	deadline := time.Now().Add(cfg.startTimeout)
 
 	// As redis-cli --cluster create does: distinct config epochs, so that no

@@ -8,7 +8,7 @@
 //
 //	func TestStore(t *testing.T) {
 //		srv := redistest.Standalone(t)
-//		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+//		client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 //		...
 //	}
 //
@@ -41,6 +41,13 @@
 // [Server.Do] sends one command over a fresh connection, for what a test
 // wants to check or change behind the client's back: INFO commandstats,
 // CONFIG RESETSTAT, SCRIPT FLUSH, DBSIZE, CLUSTER NODES.
+//
+// Security: [WithTLS] makes the servers listen for TLS only, with a
+// certificate from a test CA that [Server.TLSConfig] and
+// [ClusterServer.TLSConfig] give clients; [WithACLUser] adds a user
+// restricted by ACL rules. The harness's own connections (Do, the readiness
+// and cluster checks) use TLS when the servers do, and the unrestricted
+// default user.
 //
 // On Linux every server is started with a parent-death signal, so no
 // redis-server outlives its test binary, even one killed by a -timeout panic

@@ -6,7 +6,8 @@ import (
 )
 
 // Option changes how servers are started. The zero set of options gives a
-// 20s start timeout, no extra arguments and no cluster replicas.
+// 20s start timeout, no extra arguments, no cluster replicas, plain TCP and
+// only the default user.
 type Option interface {
 	apply(*config)
 }
@@ -19,6 +20,9 @@ type config struct {
 	replicas     int
 	args         []string
 	startTimeout time.Duration
+	tls          bool      // WithTLS
+	certs        *certs    // made by newConfig when tls is set
+	users        []aclUser // WithACLUser
 }
 
 func newConfig(opts []Option) (*config, error) {
@@ -34,6 +38,19 @@ func newConfig(opts []Option) (*config, error) {
 	if c.startTimeout <= 0 {
 		return nil, fmt.Errorf("redistest: WithStartTimeout: timeout must be > 0, got %v", c.startTimeout)
 	}
+	seen := make(map[string]bool)
+	for _, u := range c.users {
+		if err := u.check(seen); err != nil {
+			return nil, err
+		}
+		seen[u.name] = true
+	}
+	if c.tls {
+		var err error
+		if c.certs, err = newCerts(); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -46,7 +63,8 @@ func WithReplicas(n int) Option {
 // WithArgs appends command-line arguments to every redis-server that holds
 // data (not to the sentinel), after the harness's own, so they can override
 // them: WithArgs("--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru").
-// Do not require a password: [Server.Do] does not authenticate.
+// Do not require a password: [Server.Do] does not authenticate (add
+// users with [WithACLUser] instead).
 func WithArgs(args ...string) Option {
 	return optionFunc(func(c *config) { c.args = append(c.args, args...) })
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,12 +23,20 @@ func (e ReplyError) Error() string { return string(e) }
 // fail after it.
 const doTimeout = 5 * time.Second
 
-// do sends one command on a fresh connection and reads one RESP2 reply.
-func do(addr string, timeout time.Duration, args ...string) (any, error) {
+// do sends one command on a fresh connection, over TLS with a non-nil
+// tlsConfig, and reads one RESP2 reply.
+func do(addr string, tlsConfig *tls.Config, timeout time.Duration, args ...string) (any, error) {
 	if len(args) == 0 {
 		return nil, errors.New("redistest: Do: no command")
 	}
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	var conn net.Conn
+	var err error
+	if tlsConfig == nil {
+		conn, err = net.DialTimeout("tcp", addr, timeout)
+	} else {
+		// The handshake is bounded by the dialer's timeout as well.
+		conn, err = tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, tlsConfig)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %s: %w", addr, err)
 	}

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,10 +34,10 @@ type SentinelServer struct {
 // Sentinel starts a master, a replica of it (replicaof) and a sentinel
 // (redis-server --sentinel with a generated config monitoring the master
 // as "mymaster" with quorum 1), and waits until the replica is in sync and
-// the sentinel reports the master and the replica. WithArgs applies to the
-// master and the replica, WithReplicas not at all. Everything is stopped and
-// its files removed when t and its subtests complete. Sentinel fails the test
-// if it cannot be started.
+// the sentinel reports the master and the replica. WithArgs and WithACLUser
+// apply to the master and the replica, WithReplicas not at all; WithTLS is
+// an error. Everything is stopped and its files removed when t and its
+// subtests complete. Sentinel fails the test if it cannot be started.
 func Sentinel(t testing.TB, opts ...Option) *SentinelServer {
 	t.Helper()
 	cl := &cleanups{logf: t.Logf}
@@ -67,6 +68,9 @@ func startSentinel(cl *cleanups, opts []Option) (*SentinelServer, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.tls {
+		return nil, errors.New("redistest: WithTLS: not supported by Sentinel, only by Standalone and Cluster")
 	}
 	deadline := time.Now().Add(cfg.startTimeout)
 	master, err := launch(cfg, cl, false, func(b binary, port int, dir string) ([]string, error) {

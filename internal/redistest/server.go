@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,8 @@ type Server struct {
 	dir     string
 	timeout time.Duration
 	logf    func(format string, args ...any) // nil outside a test
+	// tlsConfig is the client side of WithTLS, nil without it.
+	tlsConfig *tls.Config
 
 	mu     sync.Mutex
 	proc   *process // nil when not running
@@ -117,7 +120,7 @@ func startStandalone(cl *cleanups, opts []Option) (*Server, error) {
 // command, counts in the server's statistics: INFO commandstats shows the
 // commands Do sent. Do gives up after 5s, for example on a paused server.
 func (s *Server) Do(args ...string) (any, error) {
-	return do(s.Addr, doTimeout, args...)
+	return do(s.Addr, s.tlsConfig, doTimeout, args...)
 }
 
 // CommandCalls returns how many times each command ran since the server
@@ -306,7 +309,7 @@ func (s *Server) waitReady(p *process, deadline time.Time) error {
 			return fmt.Errorf("redistest: redis-server for %s exited during startup (%v); end of %s:\n%s",
 				s.Addr, p.err, s.logPath(), tail)
 		}
-		v, err := do(s.Addr, 500*time.Millisecond, "INFO", "server")
+		v, err := do(s.Addr, s.tlsConfig, 500*time.Millisecond, "INFO", "server")
 		if err == nil {
 			info, _ := v.(string)
 			pid := infoField(info, "process_id")
@@ -451,6 +454,12 @@ func dataArgs(cfg *config, b binary, port int, dir string, extra ...string) []st
 		// lagging replicas on SIGTERM, since the data is thrown away.
 		args = append(args, "--enable-debug-command", "local", "--shutdown-on-sigterm", "now")
 	}
+	if cfg.certs != nil {
+		args = append(args, tlsArgs(port, dir)...)
+	}
+	for _, u := range cfg.users {
+		args = append(args, u.args()...)
+	}
 	args = append(args, extra...)
 	return append(args, cfg.args...)
 }
@@ -482,6 +491,12 @@ func launch(cfg *config, cl *cleanups, bus bool, argsFor func(b binary, port int
 			logf:    cl.logf,
 		}
 		cl.add(s.stop)
+		if cfg.certs != nil {
+			if err := cfg.certs.write(dir); err != nil {
+				return nil, err
+			}
+			s.tlsConfig = cfg.certs.client
+		}
 		if s.args, err = argsFor(b, port, dir); err != nil {
 			return nil, err
 		}
