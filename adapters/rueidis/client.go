@@ -216,3 +216,7 @@ func (r *rueidisClient) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// AutoPipelines reports that rueidis merges concurrent calls to a node into
+// one round trip by itself.
+func (r *rueidisClient) AutoPipelines() bool { return true }

@@ -40,6 +40,7 @@ type SlotRange struct {
 type domain struct {
 	name string        // the node's address, or "redis"
 	br   *core.Breaker // nil: no breaker
+	pipe pipe          // its calls, merged (see Store.pipes)
 }
 
 // domains maps hash slots to failure domains. It is safe for concurrent use.

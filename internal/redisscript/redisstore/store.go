@@ -27,6 +27,7 @@ type Store struct {
 	local    *local                // denials from cached state: WithLocalDenials on a Cache
 	batchers *redisscript.Batchers // nil without batching
 	domains  *domains              // failure domains and their breakers
+	pipes    bool                  // merge each node's calls in pipes: Cluster, on a client that does not
 
 	n struct {
 		remote, local, fetched, hits, misses, reloads, refunds, refused atomic.Int64
@@ -61,6 +62,9 @@ func newStore(client Client, cfg Config) (*Store, error) {
 	}
 	s := &Store{client: client, cluster: client.Cluster(), keys: keys, clock: cfg.clock, timeout: cfg.timeout, minTTL: cfg.minTTL}
 	s.domains = newDomains(client, cfg.failures, cfg.cooldown)
+	if p, ok := client.(Pipelines); s.cluster && (!ok || !p.AutoPipelines()) {
+		s.pipes = true
+	}
 	slots := 1
 	if s.cluster {
 		slots = 16384
@@ -360,7 +364,11 @@ func (s *Store) send(ctx context.Context, keys []string, args []any, undo int) (
 	defer singles.Put(one)
 	e := &one.eval
 	*e = Eval{Keys: keys, Args: args}
-	s.run(ctx, one.evals[:])
+	if s.pipes {
+		s.domains.of(redisscript.Slot(keys[0])).pipe.do(s, ctx, e)
+	} else {
+		s.run(ctx, one.evals[:])
+	}
 	vals, vundo, err := e.Ints, e.Undo, check(e, undo)
 	*e = Eval{} // keep nothing of the call alive in the pool
 	if err != nil {
