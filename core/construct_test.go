@@ -193,6 +193,11 @@ func TestZeroLimiter(t *testing.T) {
 		"Wait":      func(l *Limiter) error { _, err := l.Wait(ctx, req); return err },
 		"WaitN":     func(l *Limiter) error { _, err := l.WaitN(ctx, req, 1); return err },
 		"SetPolicy": func(l *Limiter) error { return l.SetPolicy(p) },
+		"AddPolicyCheck": func(l *Limiter) error {
+			remove, err := l.AddPolicyCheck(func(*Policy) error { return nil })
+			remove() // never nil
+			return err
+		},
 		"Policy": func(l *Limiter) error {
 			if got := l.Policy(); got != nil {
 				return fmt.Errorf("Policy() = %p, want nil", got)

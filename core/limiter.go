@@ -159,6 +159,7 @@ type Limiter struct {
 	timeout  time.Duration // bound on each store call; 0: none
 	memory   *MemoryStore  // store, when it is one
 	takes    sync.Pool     // *Take, for stores other than memory
+	checks   policyChecks  // run on every policy SetPolicy gets: see AddPolicyCheck
 }
 
 // NewLimiter returns a limiter for policy with opts applied in order over
@@ -231,9 +232,18 @@ func (l *Limiter) Policy() *Policy {
 // SetPolicy replaces the policy for every later decision, without a
 // restart; decisions under way finish with the policy they started with.
 // Buckets are keyed by rule name and identity, so a rule that keeps its name
-// keeps its buckets. It fails with an error wrapping ErrInvalidOption for a
-// nil p, and ErrNotConstructed for a Limiter not made by NewLimiter. It is
-// safe for concurrent use.
+// keeps its buckets.
+//
+// p must pass every check registered with AddPolicyCheck, as the policy
+// given to NewLimiter passed them when they were registered: the
+// middlewares built on l register one each, which refuses a rule on a scope
+// the middleware has no key function for (its tier would silently never
+// apply). A refused p never takes effect: the policy in force stays, and
+// the errors of the checks it failed are returned, joined, wrapping
+// ErrInvalidOption; a middleware's names the rule, its scope and the
+// middleware. SetPolicy also fails with an error wrapping ErrInvalidOption
+// for a nil p, and ErrNotConstructed for a Limiter not made by NewLimiter.
+// It is safe for concurrent use.
 func (l *Limiter) SetPolicy(p *Policy) error {
 	if !l.constructed() {
 		return errNotConstructed()
@@ -241,8 +251,7 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 	if p == nil {
 		return fmt.Errorf("%w: SetPolicy: policy is nil", ErrInvalidOption)
 	}
-	l.policy.Store(p)
-	return nil
+	return l.checks.setPolicy(&l.policy, p)
 }
 
 // Allow reports whether one request may happen now. It is AllowN(ctx, req, 1).

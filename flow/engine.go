@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"runtime"
 	"sync"
 	"time"
 
@@ -38,8 +39,16 @@ type scopedFunc struct {
 // an error wrapping core.ErrInvalidOption for a nil limiter, a nil or
 // invalid option, an option of another adapter (see Native), two key
 // functions for one scope, or an enabled rule of the limiter's policy whose
-// scope has no key function (its tier would silently never apply). Errors
-// name an option by its position in opts.
+// scope has no key function (its tier would silently never apply); and
+// with one wrapping core.ErrNotConstructed for a Limiter not made by
+// core.NewLimiter. Errors name an option by its position in opts.
+//
+// New registers that last check with the limiter
+// (core.Limiter.AddPolicyCheck), so that limiter.SetPolicy refuses, naming
+// the rule, its scope and the adapter, a policy with an enabled rule on a
+// scope the Engine has no key function for, and keeps the policy in force.
+// The check lasts as long as the Engine is reachable: a middleware that is
+// dropped stops checking once the garbage collector has reclaimed it.
 func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Option) (*Engine, error) {
 	cfg := config{adapter: adapter, settings: settings{onAllow: true}}
 	for _, o := range defaults {
@@ -78,11 +87,6 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 		e.keys = append(e.keys, scopedFunc{scope: core.ScopeEndpoint, fn: keyfuncs.Endpoint()})
 		seen[core.ScopeEndpoint] = true
 	}
-	for _, r := range limiter.Policy().Rules() {
-		if r.Scope != core.ScopeGlobal && !seen[r.Scope] && !r.Disabled {
-			return nil, fmt.Errorf("%w: %s: rule %q limits scope %q, which has no key function: add flow.WithKey(%q, ...)", core.ErrInvalidOption, adapter, r.Name, r.Scope, r.Scope)
-		}
-	}
 	if e.format == nil {
 		f, err := core.NewHeaderFormat()
 		if err != nil {
@@ -94,7 +98,30 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 		b := make([]byte, 0, 512)
 		return &b
 	}
+	// Last, so that a failed New leaves no check behind. The check runs on
+	// the policy in force now and on every policy SetPolicy gets later. It
+	// holds the keyed scopes, not e: the limiter outlives the middleware,
+	// and must not keep it alive.
+	remove, err := limiter.AddPolicyCheck(func(p *core.Policy) error { return checkKeys(adapter, seen, p) })
+	if err != nil {
+		return nil, err
+	}
+	// A middleware no longer used checks no more policies.
+	runtime.AddCleanup(e, func(remove func()) { remove() }, remove)
 	return e, nil
+}
+
+// checkKeys returns an error wrapping core.ErrInvalidOption for each
+// enabled rule of p whose scope is not global and not in keyed: its tier
+// would silently never apply, for no request would have its identity.
+func checkKeys(adapter string, keyed map[core.Scope]bool, p *core.Policy) error {
+	var errs []error
+	for _, r := range p.Rules() {
+		if r.Scope != core.ScopeGlobal && !keyed[r.Scope] && !r.Disabled {
+			errs = append(errs, fmt.Errorf("%w: %s: rule %q limits scope %q, which has no key function: add flow.WithKey(%q, ...)", core.ErrInvalidOption, adapter, r.Name, r.Scope, r.Scope))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Outcome is what an adapter does with a request once the Engine has

@@ -15,9 +15,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/bucketry/ratelimit/core"
 )
@@ -125,21 +128,88 @@ func (k *Keys) Key(rule, id string) string {
 	return string(k.Append(arr[:0], rule, id))
 }
 
+// argsEntry is the cached script arguments of one limit.
+type argsEntry struct {
+	addr  uintptr    // the limit's address: its key in limitArgs
+	limit core.Limit // a copy of the limit the arguments describe
+	args  [5]any
+}
+
 // limitArgs caches the five script arguments of each limit, boxed: limits
 // are immutable and few, and formatting or boxing them on every call would
 // allocate.
-var limitArgs sync.Map // *core.Limit -> *[5]any
+//
+// Every Limiter.SetPolicy brings a policy with limits at new addresses, so
+// the cache must neither keep a limit alive nor outlive it by much:
+//   - It is keyed by the limit's address, an integer the garbage collector
+//     does not follow, and an entry holds a copy of the limit, not a
+//     pointer to it: nothing in the cache keeps a limit, or the policy it
+//     lies in, reachable.
+//   - A hit is an entry whose copy equals the limit asked about. The
+//     arguments depend on the limit's value only, so when a dead limit's
+//     memory is reused by a new one, the old entry is right for it if the
+//     values are equal and is replaced if they differ: a reused address
+//     never yields wrong arguments.
+//   - Every entry is stored together with a cleanup attached to its limit,
+//     which deletes the entry once that limit is unreachable, only if the
+//     map still holds that very entry (a newer limit at the same address
+//     may have replaced it). A limit in a policy is an interior pointer into
+//     the policy's rules, which cleanups allow: the cleanup runs when the
+//     whole allocation is unreachable. If it deletes an entry that a newer
+//     limit of equal value was using, that limit's next lookup stores a new
+//     entry with its own cleanup.
+//
+// So the map holds an entry per limit still reachable, plus entries whose
+// cleanup is about to run, whatever the number of reloads. A Limit is larger
+// than the tiny pointer-free objects the runtime may batch into one slot,
+// whose cleanups may never run. A limit not on the heap (a package-level
+// variable) is never reclaimed and gets no cleanup: its entry stays, one per
+// such variable.
+var limitArgs sync.Map // uintptr (a *core.Limit's address) -> *argsEntry
+
+// recentArgs is a direct-mapped cache in front of limitArgs, indexed by a
+// hash of the address: a sync.Map hashes and compares an integer key
+// through an interface, which costs about twice this array's one load and
+// two comparisons. A slot is a hit under the same rule as the map (the same
+// address, an equal limit), so a stale slot is never wrong; a cleanup
+// empties the slot of its entry, and a slot holds one entry at most, so
+// stale ones are bounded by its length whatever the number of reloads. Two
+// hot limits in one slot take turns and fall through to the map.
+var recentArgs [1024]atomic.Pointer[argsEntry]
+
+func recentSlot(addr uintptr) *atomic.Pointer[argsEntry] {
+	// Fibonacci hashing: the high bits of the product mix every bit of the
+	// address, whose low bits are alignment.
+	return &recentArgs[uint64(addr)*0x9E3779B97F4A7C15>>(64-10)]
+}
 
 // LimitArgs returns the five script arguments describing l, as strings in
-// interfaces.
+// interfaces. A lookup allocates nothing once l has been seen. It is safe
+// for concurrent use.
 func LimitArgs(l *core.Limit) *[5]any {
-	if v, ok := limitArgs.Load(l); ok {
-		return v.(*[5]any)
+	addr := uintptr(unsafe.Pointer(l))
+	slot := recentSlot(addr)
+	if e := slot.Load(); e != nil && e.addr == addr && e.limit == *l {
+		return &e.args
 	}
-	var a [5]any
+	if v, ok := limitArgs.Load(addr); ok {
+		if e := v.(*argsEntry); e.limit == *l {
+			slot.Store(e)
+			return &e.args
+		}
+	}
+	e := addLimitArgs(l, addr)
+	slot.Store(e)
+	return &e.args
+}
+
+// addLimitArgs builds l's entry, stores it at addr unless another goroutine
+// stored an equal one first, and returns the entry in the map.
+func addLimitArgs(l *core.Limit, addr uintptr) *argsEntry {
+	e := &argsEntry{addr: addr, limit: *l}
 	switch l.Algorithm() {
 	case core.AlgTokenBucket, core.AlgShaping:
-		a = [5]any{
+		e.args = [5]any{
 			strconv.Itoa(algCode(l.Algorithm())),
 			strconv.FormatInt(int64(l.Interval()), 10),
 			strconv.FormatInt(int64(l.Window()), 10),
@@ -147,15 +217,42 @@ func LimitArgs(l *core.Limit) *[5]any {
 			strconv.FormatInt(int64(l.MaxWait()), 10),
 		}
 	default:
-		a = [5]any{
+		e.args = [5]any{
 			strconv.Itoa(algCode(l.Algorithm())),
 			strconv.FormatInt(int64(l.Window()), 10),
 			strconv.FormatInt(l.Burst(), 10),
 			"0", "0",
 		}
 	}
-	v, _ := limitArgs.LoadOrStore(l, &a)
-	return v.(*[5]any)
+	for {
+		v, loaded := limitArgs.LoadOrStore(addr, e)
+		if !loaded {
+			break
+		}
+		old := v.(*argsEntry)
+		if old.limit == *l {
+			// Stored meanwhile, by another goroutine for l, whose cleanup
+			// is attached, or for a dead limit at this address, whose
+			// cleanup is pending: either way one will delete it.
+			return old
+		}
+		// A dead limit's entry, of another value: replace it. Its pending
+		// cleanup then finds another entry and leaves it.
+		if limitArgs.CompareAndSwap(addr, old, e) {
+			break
+		}
+	}
+	// e, the cleanup's argument, must not reach l, or l would stay
+	// reachable: it holds l's address as an integer and a copy of l.
+	runtime.AddCleanup(l, dropLimitArgs, e)
+	return e
+}
+
+// dropLimitArgs forgets e once its limit is unreachable, unless another
+// entry has taken its place.
+func dropLimitArgs(e *argsEntry) {
+	limitArgs.CompareAndDelete(e.addr, e)
+	recentSlot(e.addr).CompareAndSwap(e, nil)
 }
 
 func algCode(a core.Algorithm) int {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/bucketry/ratelimit/core"
 )
@@ -32,7 +33,11 @@ type denials struct {
 }
 
 type denial struct {
-	limits    []*core.Limit // the rules it was decided under; a rule change drops it
+	// limits are the limits it was decided under: a rule change, which
+	// brings new limits, drops it. They are weak pointers: a denial must not
+	// keep the limits of a policy replaced since, and so that policy, alive.
+	// A dead limit's pointer yields nil, which no take's limit equals.
+	limits    []weak.Pointer[core.Limit]
 	cost      int64
 	until     time.Time // sent + the smallest RetryAfter of the denying buckets
 	recv      time.Time // when the reply came: reported times count down from here
@@ -61,7 +66,7 @@ func (c *denials) answer(keys []string, t *core.Take, now time.Time) bool {
 		return false
 	}
 	for i := range t.Buckets {
-		if d.limits[i] != t.Buckets[i].Limit {
+		if d.limits[i].Value() != t.Buckets[i].Limit {
 			return false
 		}
 	}
@@ -96,21 +101,24 @@ func (c *denials) record(keys []string, t *core.Take, sent, recv time.Time) {
 		}
 	}
 	k := joinKeys(keys)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if until < 0 && !permanent {
+		c.mu.Lock()
 		delete(c.m, k)
+		c.mu.Unlock()
 		return
 	}
+	// Built before locking: weak.Make looks the limit up in the runtime.
+	d := &denial{cost: t.Cost, until: sent.Add(until), recv: recv, at: t.At, permanent: permanent && until < 0}
+	d.limits = make([]weak.Pointer[core.Limit], len(t.Buckets))
+	for i := range t.Buckets {
+		d.limits[i] = weak.Make(t.Buckets[i].Limit)
+	}
+	d.states = append([]core.BucketState(nil), t.States...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if _, ok := c.m[k]; !ok && len(c.m) >= maxDenials {
 		c.evict(recv)
 	}
-	d := &denial{cost: t.Cost, until: sent.Add(until), recv: recv, at: t.At, permanent: permanent && until < 0}
-	d.limits = make([]*core.Limit, len(t.Buckets))
-	for i := range t.Buckets {
-		d.limits[i] = t.Buckets[i].Limit
-	}
-	d.states = append([]core.BucketState(nil), t.States...)
 	c.m[k] = d
 }
 
