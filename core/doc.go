@@ -20,6 +20,11 @@
 // one with the longest RetryAfter or, when allowed, the one with the least
 // Remaining.
 //
+// Limiter.SetPolicy replaces the policy without a restart. A middleware
+// built on a Limiter registers a check with AddPolicyCheck, so that a policy
+// it could not apply (a rule on a scope it has no key function for) is
+// refused at reload as at construction, and the policy in force stays.
+//
 // Constructors return errors, never panic, and never substitute a default
 // for a value that cannot work. A nil option, or a nil Store, Observer or
 // Clock given to WithStore, WithObserver or WithClock, is an error wrapping
