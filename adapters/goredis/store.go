@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -74,7 +72,7 @@ func Open(o *redis.UniversalOptions, opts ...Option) (*Store, error) {
 		errs = append(errs, fmt.Errorf("%w: goredis: Open: no address in UniversalOptions.Addrs", core.ErrInvalidOption))
 	}
 	for i, a := range o.Addrs {
-		if err := checkAddr(a); err != nil {
+		if err := redisstore.CheckAddr(a); err != nil {
 			errs = append(errs, fmt.Errorf("%w: goredis: Open: UniversalOptions.Addrs[%d]: %w", core.ErrInvalidOption, i, err))
 		}
 	}
@@ -102,24 +100,6 @@ func (s *Store) Close() error {
 	return s.owned.Close()
 }
 
-// checkAddr returns an error unless a is host:port with a port in 1..65535.
-func checkAddr(a string) error {
-	if a == "" {
-		return errors.New("empty address")
-	}
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return fmt.Errorf("address %q: %w", a, err)
-	}
-	if host == "" {
-		return fmt.Errorf("address %q has no host", a)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("address %q: port must be 1 to 65535", a)
-	}
-	return nil
-}
-
 func newClient(client redis.UniversalClient, cfg *redisstore.Config) redisstore.Client {
 	if !contextTimeouts(client) {
 		cfg.Fail("the client ignores context deadlines, so no wait could be bounded: build it with ContextTimeoutEnabled: true (or use goredis.Open)")
@@ -127,7 +107,7 @@ func newClient(client redis.UniversalClient, cfg *redisstore.Config) redisstore.
 	switch c := client.(type) {
 	case *redis.Client:
 		if o := c.Options(); o.Network != "unix" && o.Addr != "FailoverClient" {
-			if err := checkAddr(o.Addr); err != nil {
+			if err := redisstore.CheckAddr(o.Addr); err != nil {
 				cfg.Fail("client: %v", err)
 			}
 		}
@@ -136,7 +116,7 @@ func newClient(client redis.UniversalClient, cfg *redisstore.Config) redisstore.
 			cfg.Fail("cluster client: no address, and no ClusterSlots function")
 		}
 		for i, a := range c.Options().Addrs {
-			if err := checkAddr(a); err != nil {
+			if err := redisstore.CheckAddr(a); err != nil {
 				cfg.Fail("cluster client: Addrs[%d]: %v", i, err)
 			}
 		}

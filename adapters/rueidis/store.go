@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +61,7 @@ func Open(o rueidis.ClientOption, opts ...Option) (*Store, error) {
 		errs = append(errs, fmt.Errorf("%w: rueidis: Open: no address in ClientOption.InitAddress", core.ErrInvalidOption))
 	}
 	for i, a := range o.InitAddress {
-		if err := checkAddr(a); err != nil {
+		if err := redisstore.CheckAddr(a); err != nil {
 			errs = append(errs, fmt.Errorf("%w: rueidis: Open: ClientOption.InitAddress[%d]: %w", core.ErrInvalidOption, i, err))
 		}
 	}
@@ -197,24 +195,6 @@ func (d *down) Del(context.Context, string) error { return d.err() }
 func (d *down) Slots(context.Context) ([]redisstore.SlotRange, error) { return nil, d.err() }
 
 func (d *down) Ping(context.Context) error { return d.err() }
-
-// checkAddr returns an error unless a is host:port with a port in 1..65535.
-func checkAddr(a string) error {
-	if a == "" {
-		return errors.New("empty address")
-	}
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return fmt.Errorf("address %q: %w", a, err)
-	}
-	if host == "" {
-		return fmt.Errorf("address %q has no host", a)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("address %q: port must be 1 to 65535", a)
-	}
-	return nil
-}
 
 // Take implements core.Store.
 func (s *Store) Take(ctx context.Context, t *core.Take) error { return s.s.Load().Take(ctx, t) }

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
@@ -152,3 +154,23 @@ func (c *Config) Required() bool { return c.require }
 // NotRequired undoes RequireRedis: for a stand-in client that must not be
 // asked.
 func NotRequired(c *Config) { c.require = false }
+
+// CheckAddr returns an error unless a is host:port with a port in
+// 1..65535: the stores refuse an empty or malformed address rather than
+// let a client default it.
+func CheckAddr(a string) error {
+	if a == "" {
+		return errors.New("empty address")
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("address %q: %w", a, err)
+	}
+	if host == "" {
+		return fmt.Errorf("address %q has no host", a)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("address %q: port must be 1 to 65535", a)
+	}
+	return nil
+}

@@ -128,3 +128,14 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("Open = %v, %v; want a store keying under p", s, err)
 	}
 }
+
+func TestCheckAddr(t *testing.T) {
+	for a, ok := range map[string]bool{
+		"127.0.0.1:6379": true, "redis.internal:6380": true, "[::1]:6379": true,
+		"": false, "localhost": false, ":6379": false, "host:0": false, "host:65536": false, "host:port": false,
+	} {
+		if err := CheckAddr(a); (err == nil) != ok {
+			t.Errorf("CheckAddr(%q) = %v, want ok %v", a, err, ok)
+		}
+	}
+}
