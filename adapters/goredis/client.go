@@ -3,6 +3,8 @@ package goredis
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,6 +28,45 @@ func (g *goRedis) Del(ctx context.Context, key string) error { return g.client.D
 // Eval sends one call with EvalSha or Eval, several in a pipeline, which a
 // ClusterClient splits by node.
 func (g *goRedis) Eval(ctx context.Context, evals []*redisstore.Eval, full bool) {
+	if len(evals) == 1 {
+		read(g.eval(ctx, g.client, evals[0], full), evals[0])
+		return
+	}
+	c, ok := g.client.(*redis.ClusterClient)
+	if !ok {
+		g.pipeline(ctx, evals, full)
+		return
+	}
+	// One pipeline per node, concurrently: when a Cluster pipeline runs out
+	// of time retrying a dead node, go-redis sets its error on every command
+	// of the pipeline, those that ran on healthy nodes included, whose
+	// results (tokens taken, to be given back) would then be lost.
+	var order []string
+	byNode := map[string][]*redisstore.Eval{}
+	for i, e := range evals {
+		node := strconv.Itoa(i) // alone, if its node is not known
+		if m, err := c.MasterForKey(ctx, e.Keys[0]); err == nil {
+			node = m.Options().Addr
+		}
+		if _, seen := byNode[node]; !seen {
+			order = append(order, node)
+		}
+		byNode[node] = append(byNode[node], e)
+	}
+	if len(order) == 1 {
+		g.pipeline(ctx, evals, full)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, node := range order[1:] {
+		wg.Go(func() { g.pipeline(ctx, byNode[node], full) })
+	}
+	g.pipeline(ctx, byNode[order[0]], full)
+	wg.Wait()
+}
+
+// pipeline sends evals in one pipeline and reads each reply.
+func (g *goRedis) pipeline(ctx context.Context, evals []*redisstore.Eval, full bool) {
 	if len(evals) == 1 {
 		read(g.eval(ctx, g.client, evals[0], full), evals[0])
 		return

@@ -27,17 +27,18 @@ type pipe struct {
 
 // piped is a call waiting in a pipe.
 type piped struct {
-	ctx  context.Context
-	e    *Eval
-	done chan struct{}
-	next []*piped // set for the waiter that must send the next round trip
+	ctx   context.Context
+	e     *Eval
+	done  chan struct{}
+	next  []*piped // set for the waiter that must send the next round trip
+	taken bool     // in a round trip: the waiter must wait for its answer
 }
 
 // do sends e through the pipe with s.run and returns once its reply fields
-// are set. A queued call waits for the round trip in flight, which its
-// Batcher's deadline bounds, then goes out in the next; if its ctx ends
-// while it is queued it is sent anyway with the others, and its caller's
-// bound ends the wait.
+// are set. A queued call waits for the round trip in flight, then goes out
+// in the next; if its ctx ends while it is still queued, it is not sent
+// and fails with ctx's error. A round trip is bounded by the earliest
+// deadline of its calls, so no call waits past its own.
 func (p *pipe) do(s *Store, ctx context.Context, e *Eval) {
 	me := &piped{ctx: ctx, e: e, done: make(chan struct{}, 1)}
 	p.mu.Lock()
@@ -49,7 +50,24 @@ func (p *pipe) do(s *Store, ctx context.Context, e *Eval) {
 	}
 	p.queue = append(p.queue, me)
 	p.mu.Unlock()
-	<-me.done
+	select {
+	case <-me.done:
+	case <-ctx.Done():
+		p.mu.Lock()
+		if !me.taken {
+			for i, q := range p.queue {
+				if q == me {
+					p.queue = append(p.queue[:i], p.queue[i+1:]...)
+					break
+				}
+			}
+			p.mu.Unlock()
+			e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, ctx.Err()
+			return
+		}
+		p.mu.Unlock()
+		<-me.done
+	}
 	if me.next != nil {
 		p.flush(s, me.next)
 	}
@@ -80,6 +98,9 @@ func (p *pipe) flush(s *Store, batch []*piped) {
 	} else {
 		next := p.queue
 		p.queue = nil
+		for _, q := range next {
+			q.taken = true
+		}
 		next[0].next = next
 		next[0].done <- struct{}{}
 	}

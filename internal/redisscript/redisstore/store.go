@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ type Store struct {
 	local    *local                // denials from cached state: WithLocalDenials on a Cache
 	batchers *redisscript.Batchers // nil without batching
 	domains  *domains              // failure domains and their breakers
+	failedAt atomic.Int64          // the last failed call, Unix ns; 0: none
 	pipes    bool                  // merge each node's calls in pipes: Cluster, on a client that does not
 
 	n struct {
@@ -226,6 +228,7 @@ func (s *Store) settle(ctx context.Context, dm *domain, probe, remote bool, err 
 	}
 	dm.br.Record(probe, err)
 	if err != nil {
+		s.failedAt.Store(time.Now().UnixNano())
 		s.domains.failed()
 	}
 }
@@ -381,7 +384,7 @@ func (s *Store) send(ctx context.Context, keys []string, args []any, undo int) (
 // those whose node lacked the script (NOSCRIPT: a restart, SCRIPT FLUSH or
 // failover). A script that is still missing is not sent a third time.
 func (s *Store) run(ctx context.Context, evals []*Eval) {
-	s.client.Eval(ctx, evals, false)
+	s.eval(ctx, evals, false)
 	var again []*Eval
 	for _, e := range evals {
 		if e.NoScript {
@@ -390,7 +393,59 @@ func (s *Store) run(ctx context.Context, evals []*Eval) {
 	}
 	if len(again) > 0 {
 		s.n.reloads.Add(int64(len(again)))
-		s.client.Eval(ctx, again, true)
+		s.eval(ctx, again, true)
+	}
+}
+
+// suspectFor is how long after a failed call the store stops trusting the
+// client to honour deadlines: see eval.
+const suspectFor = 10 * time.Second
+
+// eval runs Client.Eval. While Redis is healthy it calls the client
+// directly. For suspectFor after a failure, when a client may be
+// reconnecting and some block while they do whatever their context says
+// (rueidis waits for a connection's close for up to a second), it calls the
+// client for each call in a goroutine of its own, on a copy of the call,
+// and gives up on those still unanswered at ctx's end: they fail with ctx's
+// error, and their goroutines, which no caller waits for, end with the
+// client's own timeouts. Each call apart, so that a healthy node's answer
+// is kept when another node's call hangs (its tokens may need giving back).
+func (s *Store) eval(ctx context.Context, evals []*Eval, full bool) {
+	last := s.failedAt.Load()
+	if last == 0 || time.Since(time.Unix(0, last)) > suspectFor {
+		s.client.Eval(ctx, evals, full)
+		return
+	}
+	copies := make([]*Eval, len(evals))
+	done := make([]chan struct{}, len(evals))
+	for i, e := range evals {
+		c := &Eval{Keys: slices.Clone(e.Keys), Args: slices.Clone(e.Args)}
+		copies[i], done[i] = c, make(chan struct{})
+		go func() {
+			defer close(done[i])
+			s.client.Eval(ctx, []*Eval{c}, full)
+		}()
+	}
+	for i, e := range evals {
+		answered := false
+		select {
+		case <-done[i]:
+			answered = true
+		case <-ctx.Done():
+			select {
+			case <-done[i]:
+				answered = true
+			default:
+			}
+		}
+		if !answered {
+			e.Ints, e.Undo, e.NoScript = nil, nil, false
+			e.Err = fmt.Errorf("ratelimit: redis: the client did not return within the bound: %w", ctx.Err())
+			continue
+		}
+		keys, args := e.Keys, e.Args
+		*e = *copies[i]
+		e.Keys, e.Args = keys, args
 	}
 }
 

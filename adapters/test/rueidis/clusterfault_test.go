@@ -1,0 +1,33 @@
+package rueidis_test
+
+import (
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	rstore "github.com/bucketry/ratelimit/adapters/rueidis"
+	redistests "github.com/bucketry/ratelimit/adapters/test"
+)
+
+// TestClusterFaultKillMaster kills a master of a Cluster without replicas
+// under load and restarts it: see redistests.RunClusterFault.
+func TestClusterFaultKillMaster(t *testing.T) {
+	redistests.RunClusterFault(t, redistests.ClusterFault{
+		Name: "rueidis",
+		NewStore: func(t testing.TB, addrs []string, prefix string) redistests.FaultStore {
+			// rueidis's defaults.
+			s, err := rstore.New(newClient(t, rueidis.ClientOption{InitAddress: addrs}),
+				rstore.WithPrefix(prefix), rstore.WithBreaker(redistests.FaultFailures, redistests.FaultCooldown), rstore.WithTimeout(redistests.FaultBound))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return redistests.FaultStore{
+				Store:    s,
+				Key:      s.Key,
+				Breakers: s.BreakerStates,
+				Refused:  func() int64 { return s.Stats().Refused },
+				Refunds:  func() int64 { return s.Stats().Refunds },
+			}
+		},
+	})
+}
