@@ -449,3 +449,39 @@ func raiseTo(a *atomic.Int64, v int64) {
 		}
 	}
 }
+
+// RunOpenRequireRedis checks WithRequireRedis: open (a store's Open on
+// addr with WithRequireRedis and a prefix of its own) fails with an error
+// wrapping core.ErrUnavailable, within about a second, while nothing
+// listens at addr, and returns a working store once the server is up.
+func RunOpenRequireRedis[S interface {
+	core.Store
+	Close() error
+}](t *testing.T, open func(addr string) (S, error)) {
+	CheckLeaks(t)
+	srv := redistest.Standalone(t)
+	srv.Kill()
+	start := time.Now()
+	s, err := open(srv.Addr)
+	took := time.Since(start)
+	if err == nil || !errors.Is(err, core.ErrUnavailable) || errors.Is(err, core.ErrInvalidOption) {
+		t.Fatalf("Open(%s, WithRequireRedis()) while the server is down = %v, %v; want an error wrapping core.ErrUnavailable", srv.Addr, s, err)
+	}
+	// Redis gets max(bound, 1s) to answer; the rest is slack.
+	if took > 3*time.Second {
+		t.Errorf("Open(WithRequireRedis()) took %v to fail, want about a second at most", took)
+	}
+	t.Logf("Open(WithRequireRedis()) failed after %v: %v", took.Round(time.Millisecond), err)
+
+	srv.Restart(t)
+	s, err = open(srv.Addr)
+	if err != nil {
+		t.Fatalf("Open(WithRequireRedis()) with the server up = %v", err)
+	}
+	defer s.Close()
+	lim := Limiter(t, Policy(t, core.Rule{Name: "req", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 2)}),
+		core.WithStore(s), core.WithFailureMode(core.FailClosed))
+	if d, err := lim.Allow(context.Background(), core.Request{User: "u"}); err != nil || d.Degraded || !d.Allowed || d.Remaining != 1 {
+		t.Errorf("Allow = %+v, %v; want the first of 2 tokens, from Redis", d, err)
+	}
+}

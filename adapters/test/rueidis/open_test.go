@@ -70,37 +70,11 @@ func TestOpenWhileDown(t *testing.T) {
 	})
 }
 
-// TestOpenRequireRedis checks WithRequireRedis: Open fails with an error
-// wrapping core.ErrUnavailable while nothing listens at the address, and
-// returns a working store once the server is up.
+// TestOpenRequireRedis: see redistests.RunOpenRequireRedis.
 func TestOpenRequireRedis(t *testing.T) {
-	redistests.CheckLeaks(t)
-	srv := redistest.Standalone(t)
-	srv.Kill()
-	o := rueidis.ClientOption{InitAddress: []string{srv.Addr}}
-	start := time.Now()
-	s, err := rstore.Open(o, rstore.WithRequireRedis())
-	took := time.Since(start)
-	if s != nil || !errors.Is(err, core.ErrUnavailable) || errors.Is(err, core.ErrInvalidOption) {
-		t.Fatalf("Open(%s, WithRequireRedis()) while the server is down = %v, %v; want an error wrapping core.ErrUnavailable", srv.Addr, s, err)
-	}
-	// A refused dial fails at once; the rest is slack.
-	if took > 3*time.Second {
-		t.Errorf("Open(WithRequireRedis()) took %v to fail, want about a second at most", took)
-	}
-	t.Logf("Open(WithRequireRedis()) failed after %v: %v", took.Round(time.Millisecond), err)
-
-	srv.Restart(t)
-	s, err = rstore.Open(o, rstore.WithRequireRedis(), rstore.WithPrefix(redistests.NewPrefix()))
-	if err != nil {
-		t.Fatalf("Open(WithRequireRedis()) with the server up = %v", err)
-	}
-	defer s.Close()
-	lim := redistests.Limiter(t, redistests.Policy(t, core.Rule{Name: "req", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 2)}),
-		core.WithStore(s), core.WithFailureMode(core.FailClosed))
-	if d, err := lim.Allow(context.Background(), core.Request{User: "u"}); err != nil || d.Degraded || !d.Allowed || d.Remaining != 1 {
-		t.Errorf("Allow = %+v, %v; want the first of 2 tokens, from Redis", d, err)
-	}
+	redistests.RunOpenRequireRedis(t, func(addr string) (*rstore.Store, error) {
+		return rstore.Open(rueidis.ClientOption{InitAddress: []string{addr}}, rstore.WithRequireRedis(), rstore.WithPrefix(redistests.NewPrefix()))
+	})
 }
 
 // TestOpenClose checks that Close closes the client Open made, after which
