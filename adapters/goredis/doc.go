@@ -63,7 +63,9 @@
 // node and a healthy one gets a core.PartialError, having changed nothing
 // on the healthy node, and the failure mode decides the failed tiers only
 // (see core.FailureMode). A store starts while Redis is down (WithRequireRedis makes New and Open
-// fail instead); an empty or malformed address is a construction error.
+// fail instead). Open refuses an empty or malformed address; New refuses a
+// malformed one, but go-redis has turned an empty one into localhost:6379
+// by the time New sees the client.
 //
 // The README's "Production set-up" section gives the recommended options,
 // each exercised by a test.
