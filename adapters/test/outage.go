@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -483,5 +484,25 @@ func RunOpenRequireRedis[S interface {
 		core.WithStore(s), core.WithFailureMode(core.FailClosed))
 	if d, err := lim.Allow(context.Background(), core.Request{User: "u"}); err != nil || d.Degraded || !d.Allowed || d.Remaining != 1 {
 		t.Errorf("Allow = %+v, %v; want the first of 2 tokens, from Redis", d, err)
+	}
+}
+
+// WantInvalid fails t unless a constructor returned no store (built is
+// false) and an error wrapping core.ErrInvalidOption that says every string
+// of want and none of not.
+func WantInvalid(t *testing.T, built bool, err error, want, not []string) {
+	t.Helper()
+	if built || !errors.Is(err, core.ErrInvalidOption) {
+		t.Fatalf("Open = store %v, %v; want no store and an error wrapping core.ErrInvalidOption", built, err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Open = %v, want it to say %q", err, w)
+		}
+	}
+	for _, n := range not {
+		if strings.Contains(err.Error(), n) {
+			t.Errorf("Open = %v, want it not to say %q", err, n)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package rueidis_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,19 +43,7 @@ func TestOpenInvalidAddress(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := rstore.Open(tc.o, tc.opts...)
-			if s != nil || !errors.Is(err, core.ErrInvalidOption) {
-				t.Fatalf("Open = %v, %v; want an error wrapping core.ErrInvalidOption", s, err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Open = %v, want it to say %q", err, w)
-				}
-			}
-			for _, n := range tc.not {
-				if strings.Contains(err.Error(), n) {
-					t.Errorf("Open = %v, want it not to say %q", err, n)
-				}
-			}
+			redistests.WantInvalid(t, s != nil, err, tc.want, tc.not)
 		})
 	}
 }

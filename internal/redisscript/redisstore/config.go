@@ -20,7 +20,7 @@ type Config struct {
 	hashAll   bool          // hash every identity with secret
 	secret    []byte        // the HMAC key when hashAll
 	clock     core.Clock    // nil: the Redis server's TIME
-	timeout   time.Duration // bound on each Take's wait
+	timeout   time.Duration // bound on each Take's wait, > 0
 	failures  int           // breaker threshold; 0: no breakers
 	cooldown  time.Duration // breaker cooldown
 	breaker   bool          // WithBreaker was given
@@ -64,9 +64,6 @@ func configure[O comparable](name string, opts []O, apply func(O, *Config)) Conf
 func (c *Config) Fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%w: %s: "+format, append([]any{core.ErrInvalidOption, c.name}, args...)...))
 }
-
-// Timeout returns the bound on each Take's wait.
-func (c *Config) Timeout() time.Duration { return c.timeout }
 
 // The settings of the stores' options, each named after its option (see
 // the With* documentation of adapters/goredis and adapters/rueidis). Each

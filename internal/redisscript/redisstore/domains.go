@@ -41,6 +41,9 @@ type domain struct {
 	name string        // the node's address, or "redis"
 	br   *core.Breaker // nil: no breaker
 	pipe pipe          // its calls, merged (see Store.pipes)
+	// failedAt is when a call to it last failed, Unix ns (0: never): see
+	// Store.eval.
+	failedAt atomic.Int64
 }
 
 // domains maps hash slots to failure domains. It is safe for concurrent use.

@@ -411,11 +411,8 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 			}
 		}
 	}
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	var vals []Cached
 	if len(keys) <= cachedLen {
 		arr := cachedArrays.Get().(*[cachedLen]Cached)

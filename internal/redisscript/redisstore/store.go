@@ -28,7 +28,7 @@ type Store struct {
 	local    *local                // denials from cached state: WithLocalDenials on a Cache
 	batchers *redisscript.Batchers // nil without batching
 	domains  *domains              // failure domains and their breakers
-	failedAt atomic.Int64          // the last failed call, Unix ns; 0: none
+	failedAt atomic.Int64          // the last failed call to any node, Unix ns; 0: none
 	pipes    bool                  // merge each node's calls in pipes: Cluster, on a client that does not
 
 	n struct {
@@ -228,7 +228,9 @@ func (s *Store) settle(ctx context.Context, dm *domain, probe, remote bool, err 
 	}
 	dm.br.Record(probe, err)
 	if err != nil {
-		s.failedAt.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		s.failedAt.Store(now)
+		dm.failedAt.Store(now)
 		s.domains.failed()
 	}
 }
@@ -331,11 +333,8 @@ func (s *Store) takeOne(ctx context.Context, now string, slot int, keys []string
 
 // direct sends one call alone.
 func (s *Store) direct(ctx context.Context, now string, c *redisscript.Call) (time.Time, error) {
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	var b redisscript.Builder
 	b.SetMinTTL(s.minTTL)
 	b.Reset(now, redisscript.ModeTake)
@@ -401,39 +400,51 @@ func (s *Store) run(ctx context.Context, evals []*Eval) {
 // client to honour deadlines: see eval.
 const suspectFor = 10 * time.Second
 
-// eval runs Client.Eval. While Redis is healthy it calls the client
-// directly. For suspectFor after a failure, when a client may be
-// reconnecting and some block while they do whatever their context says
-// (rueidis waits for a connection's close for up to a second), it calls the
-// client for each call in a goroutine of its own, on a copy of the call,
-// and gives up on those still unanswered at ctx's end: they fail with ctx's
-// error, and their goroutines, which no caller waits for, end with the
-// client's own timeouts. Each call apart, so that a healthy node's answer
-// is kept when another node's call hangs (its tokens may need giving back).
+// eval runs Client.Eval. Calls to a node that answered its last call run
+// directly. For suspectFor after a call to a node failed, when a client may
+// be reconnecting to it and some block while they do whatever their context
+// says (rueidis waits for a connection's close for up to a second), each
+// call to that node runs in a goroutine of its own, on a copy, and is given
+// up at ctx's end: it then fails with ctx's error, and its goroutine, which
+// no caller waits for, ends with the client's own timeouts. Each call apart,
+// so that a healthy node's answer is kept when another node's call hangs
+// (its tokens may need giving back).
 func (s *Store) eval(ctx context.Context, evals []*Eval, full bool) {
-	last := s.failedAt.Load()
-	if last == 0 || time.Since(time.Unix(0, last)) > suspectFor {
-		s.client.Eval(ctx, evals, full)
+	if !recent(s.failedAt.Load()) {
+		s.client.Eval(ctx, evals, full) // the common case: no node failed lately
 		return
 	}
-	copies := make([]*Eval, len(evals))
-	done := make([]chan struct{}, len(evals))
+	var direct []*Eval
+	guarded := make([]int, 0, len(evals))
 	for i, e := range evals {
-		c := &Eval{Keys: slices.Clone(e.Keys), Args: slices.Clone(e.Args)}
-		copies[i], done[i] = c, make(chan struct{})
+		if len(e.Keys) > 0 && !recent(s.domains.of(redisscript.Slot(e.Keys[0])).failedAt.Load()) {
+			direct = append(direct, e)
+		} else {
+			guarded = append(guarded, i)
+		}
+	}
+	copies := make([]*Eval, len(guarded))
+	done := make([]chan struct{}, len(guarded))
+	for j, i := range guarded {
+		c := &Eval{Keys: slices.Clone(evals[i].Keys), Args: slices.Clone(evals[i].Args)}
+		copies[j], done[j] = c, make(chan struct{})
 		go func() {
-			defer close(done[i])
+			defer close(done[j])
 			s.client.Eval(ctx, []*Eval{c}, full)
 		}()
 	}
-	for i, e := range evals {
+	if len(direct) > 0 {
+		s.client.Eval(ctx, direct, full)
+	}
+	for j, i := range guarded {
+		e := evals[i]
 		answered := false
 		select {
-		case <-done[i]:
+		case <-done[j]:
 			answered = true
 		case <-ctx.Done():
 			select {
-			case <-done[i]:
+			case <-done[j]:
 				answered = true
 			default:
 			}
@@ -444,9 +455,15 @@ func (s *Store) eval(ctx context.Context, evals []*Eval, full bool) {
 			continue
 		}
 		keys, args := e.Keys, e.Args
-		*e = *copies[i]
+		*e = *copies[j]
 		e.Keys, e.Args = keys, args
 	}
+}
+
+// recent reports whether the failure at Unix ns at (0: none) lies within
+// suspectFor.
+func recent(at int64) bool {
+	return at != 0 && time.Since(time.Unix(0, at)) <= suspectFor
 }
 
 // check returns the error of e's reply: the client's, a malformed reply,
