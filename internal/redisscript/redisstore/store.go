@@ -403,60 +403,78 @@ const suspectFor = 10 * time.Second
 // eval runs Client.Eval. Calls to a node that answered its last call run
 // directly. For suspectFor after a call to a node failed, when a client may
 // be reconnecting to it and some block while they do whatever their context
-// says (rueidis waits for a connection's close for up to a second), each
-// call to that node runs in a goroutine of its own, on a copy, and is given
-// up at ctx's end: it then fails with ctx's error, and its goroutine, which
-// no caller waits for, ends with the client's own timeouts. Each call apart,
-// so that a healthy node's answer is kept when another node's call hangs
-// (its tokens may need giving back).
+// says (rueidis waits for a connection's close for up to a second), the
+// calls to that node run in a goroutine of their own, on copies, and are
+// given up at ctx's end: they then fail with ctx's error, and the
+// goroutine, which no caller waits for, ends with the client's own
+// timeouts. One goroutine per node, so that a healthy node's answer is kept
+// when another node's call hangs (its tokens may need giving back), and the
+// calls to one node stay in one round trip, in order.
 func (s *Store) eval(ctx context.Context, evals []*Eval, full bool) {
 	if !recent(s.failedAt.Load()) {
 		s.client.Eval(ctx, evals, full) // the common case: no node failed lately
 		return
 	}
-	var direct []*Eval
-	guarded := make([]int, 0, len(evals))
-	for i, e := range evals {
-		if len(e.Keys) > 0 && !recent(s.domains.of(redisscript.Slot(e.Keys[0])).failedAt.Load()) {
-			direct = append(direct, e)
-		} else {
-			guarded = append(guarded, i)
-		}
+	type guard struct {
+		idx    []int
+		copies []*Eval
+		done   chan struct{}
 	}
-	copies := make([]*Eval, len(guarded))
-	done := make([]chan struct{}, len(guarded))
-	for j, i := range guarded {
-		c := &Eval{Keys: slices.Clone(evals[i].Keys), Args: slices.Clone(evals[i].Args)}
-		copies[j], done[j] = c, make(chan struct{})
+	var (
+		direct []*Eval
+		guards []*guard
+		byNode = map[*domain]*guard{}
+	)
+	for i, e := range evals {
+		var dm *domain
+		if len(e.Keys) > 0 {
+			dm = s.domains.of(redisscript.Slot(e.Keys[0]))
+		}
+		if dm != nil && !recent(dm.failedAt.Load()) {
+			direct = append(direct, e)
+			continue
+		}
+		g := byNode[dm]
+		if g == nil {
+			g = &guard{done: make(chan struct{})}
+			byNode[dm] = g
+			guards = append(guards, g)
+		}
+		g.idx = append(g.idx, i)
+		g.copies = append(g.copies, &Eval{Keys: slices.Clone(e.Keys), Args: slices.Clone(e.Args)})
+	}
+	for _, g := range guards {
 		go func() {
-			defer close(done[j])
-			s.client.Eval(ctx, []*Eval{c}, full)
+			defer close(g.done)
+			s.client.Eval(ctx, g.copies, full)
 		}()
 	}
 	if len(direct) > 0 {
 		s.client.Eval(ctx, direct, full)
 	}
-	for j, i := range guarded {
-		e := evals[i]
+	for _, g := range guards {
 		answered := false
 		select {
-		case <-done[j]:
+		case <-g.done:
 			answered = true
 		case <-ctx.Done():
 			select {
-			case <-done[j]:
+			case <-g.done:
 				answered = true
 			default:
 			}
 		}
-		if !answered {
-			e.Ints, e.Undo, e.NoScript = nil, nil, false
-			e.Err = fmt.Errorf("ratelimit: redis: the client did not return within the bound: %w", ctx.Err())
-			continue
+		for j, i := range g.idx {
+			e := evals[i]
+			if !answered {
+				e.Ints, e.Undo, e.NoScript = nil, nil, false
+				e.Err = fmt.Errorf("ratelimit: redis: the client did not return within the bound: %w", ctx.Err())
+				continue
+			}
+			keys, args := e.Keys, e.Args
+			*e = *g.copies[j]
+			e.Keys, e.Args = keys, args
 		}
-		keys, args := e.Keys, e.Args
-		*e = *copies[j]
-		e.Keys, e.Args = keys, args
 	}
 }
 
