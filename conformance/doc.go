@@ -2,7 +2,7 @@
 // every ratelimit store passes (the in-memory store of package core and the
 // Redis stores, go-redis and rueidis, standalone, Sentinel and Cluster), and
 // the adapter suites that every framework adapter passes over a real loopback
-// server with a real client (RunHTTPSuite for net/http, gin and fiber;
+// server with a real client (RunHTTPSuite for net/http, gin, fiber, Echo and chi;
 // RunGRPCSuite for the gRPC interceptors). Each runs from the tests of the
 // module it checks.
 //
@@ -26,8 +26,11 @@
 // RunStoreSuite checks the store contract of DESIGN.md sections 3 to 6 on
 // hand-computed timelines, one subtest per case and algorithm: exact bursts,
 // refill, costs, multi-tier all or nothing, every algorithm's boundaries,
-// exact RetryAfter, expiry, key isolation, concurrency, bad input and the
-// explicit time of a Take. RunPropertySuite compares the store, on random
+// exact RetryAfter, expiry, key isolation, concurrency, bad input, the
+// explicit time of a Take, a bucket whose limit changes mid-timeline
+// (LimitChange: a token bucket keeps the share of its burst, a window its
+// count) and limits of up to 400 days, decided in microseconds
+// (LongLimits). RunPropertySuite compares the store, on random
 // sequences from a fixed seed, with plain reference models of the algorithms
 // written in exact rational arithmetic, independently of core's math.
 //
@@ -43,7 +46,13 @@
 // An HTTP adapter's test gives RunHTTPSuite an HTTPHarness whose Serve starts
 // a server with the routes the suite asks for, each behind the adapter's
 // middleware built from the route's limiter and framework-neutral
-// keyfuncs options; a gRPC adapter's test gives RunGRPCSuite a GRPCHarness
+// keyfuncs options, and whose ServeApp serves a whole application with
+// one middleware installed at the router level (the App cases: the route
+// known under router-level install, a stricter route decided with the
+// other tiers, route key functions, the same middleware installed twice,
+// two middlewares over one limiter, unknown plans, native key, plan, cost
+// and skip functions reading what authentication middleware stored, and a
+// tenant's limit changed at run time); a gRPC adapter's test gives RunGRPCSuite a GRPCHarness
 // returning its interceptors. The adapter suites check the headers and
 // bodies clients see, denials that never reach the handler, per-route limits
 // and key functions, plans, costs, skips, store failures (through MockStore,

@@ -36,12 +36,37 @@ type GRPCHarness struct {
 	// Interceptors returns the unary and stream server interceptors of
 	// limiter with the framework-neutral options opts, and the adapter's
 	// defaults otherwise. It fails t (t.Fatal) if they cannot be built.
-	// Required.
+	// The suite may call it twice for one limiter and chains what it
+	// returns, even with itself (DoubleInstall), so each call must build
+	// new interceptors. Required.
 	Interceptors func(t testing.TB, limiter *core.Limiter, opts []flow.Option) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor)
 	// PacedStream returns the stream server interceptor of limiter with
 	// opts and per-message pacing on, every received message costing 1
 	// token. Required: DESIGN.md section 7 asks every gRPC adapter for it.
 	PacedStream func(t testing.TB, limiter *core.Limiter, opts []flow.Option) grpc.StreamServerInterceptor
+	// Native returns the adapter's own options that set the user scope's
+	// key function, the plan, the cost and the skip functions to native
+	// functions of the call's context and full method, each calling its
+	// field of fns (grpcinterceptor: WithKeyFunc(core.ScopeUser, ...),
+	// WithPlanFunc, WithCostFunc, WithSkipFunc). The NativeFuncs case
+	// passes them to Interceptors after its framework-neutral options.
+	// Required.
+	Native func(t testing.TB, fns GRPCNativeFuncs) []flow.Option
+}
+
+// GRPCNativeFuncs are the functions of a call's context (as the
+// interceptors before the rate limiter left it) and full method
+// ("/package.Service/Method") that GRPCHarness.Native makes native options
+// of. The suite sets every field.
+type GRPCNativeFuncs struct {
+	// User keys the user scope: the identity, or keyfuncs.ErrNotApplicable.
+	User func(ctx context.Context, fullMethod string) (string, error)
+	// Plan returns the caller's plan, or keyfuncs.ErrNotApplicable.
+	Plan func(ctx context.Context, fullMethod string) (string, error)
+	// Cost prices a call, or the opening of a stream, in tokens.
+	Cost func(ctx context.Context, fullMethod string) (int64, error)
+	// Skip exempts a call or a stream when it returns true.
+	Skip func(ctx context.Context, fullMethod string) bool
 }
 
 // RunGRPCSuite runs the gRPC cases of DESIGN.md section 7 over the wire, each
@@ -54,8 +79,21 @@ type GRPCHarness struct {
 //     refill, the rate-limit fields in the trailers and no header metadata
 //     (Trailers-Only), and the handler does not run.
 //   - MultiTier: the denial names the tier that denied.
-//   - PerMethodKeys, MetadataKeys: keyfuncs.GRPCMethod and
-//     keyfuncs.Metadata key the buckets.
+//   - PerMethodTiers: a stricter tier limited to one method
+//     (core.Rule.Routes with the full method) denies that method while
+//     another passes, and a call it denies takes nothing from the per-user
+//     tier (all or nothing).
+//   - PerMethodKeys: flow.WithRouteKey keys the user tier of one method by
+//     x-api-key, in place of x-user, which keys the other method.
+//   - MethodKeys, MetadataKeys: keyfuncs.GRPCMethod and keyfuncs.Metadata
+//     key the buckets.
+//   - DoubleInstall: the same interceptors chained twice charge a call or a
+//     stream once; two interceptors over one limiter fail it with
+//     codes.Internal (flow.ErrInstalledTwice through the error path, its
+//     text not shown to the client); over two limiters both apply.
+//   - NativeFuncs: the adapter's native key, plan, cost and skip options
+//     (GRPCHarness.Native) read the context an authentication interceptor
+//     prepared, and the full method.
 //   - StreamLimitedAtOpen: a stream is checked when it opens, and a denied
 //     one ends before its handler runs.
 //   - PerMessagePacing: with pacing on, messages beyond the burst are
@@ -80,7 +118,9 @@ func RunGRPCSuite(t *testing.T, h GRPCHarness) {
 	t.Run("UnaryAllowedHeaders", func(t *testing.T) { grpcTestAllowed(t, h) })
 	t.Run("UnaryDenied", func(t *testing.T) { grpcTestDenied(t, h) })
 	t.Run("MultiTier", func(t *testing.T) { grpcTestMultiTier(t, h) })
-	t.Run("PerMethodKeys", func(t *testing.T) { grpcTestPerMethod(t, h) })
+	t.Run("PerMethodTiers", func(t *testing.T) { grpcTestPerMethodTiers(t, h) })
+	t.Run("PerMethodKeys", func(t *testing.T) { grpcTestPerMethodKeys(t, h) })
+	t.Run("MethodKeys", func(t *testing.T) { grpcTestPerMethod(t, h) })
 	t.Run("MetadataKeys", func(t *testing.T) { grpcTestMetadataKeys(t, h) })
 	t.Run("StreamLimitedAtOpen", func(t *testing.T) { grpcTestStreamOpen(t, h) })
 	t.Run("PerMessagePacing", func(t *testing.T) { grpcTestPacing(t, h) })
@@ -91,6 +131,8 @@ func RunGRPCSuite(t *testing.T, h GRPCHarness) {
 	t.Run("KeyFunctionError", func(t *testing.T) { grpcTestKeyError(t, h) })
 	t.Run("Skip", func(t *testing.T) { grpcTestSkip(t, h) })
 	t.Run("HeadersOnAllowOff", func(t *testing.T) { grpcTestHeadersOnAllowOff(t, h) })
+	t.Run("DoubleInstall", func(t *testing.T) { grpcTestDoubleInstall(t, h) })
+	t.Run("NativeFuncs", func(t *testing.T) { grpcTestNativeFuncs(t, h) })
 }
 
 // The test service, registered by hand with a grpc.ServiceDesc: no
@@ -176,16 +218,33 @@ type grpcServer struct {
 // and connects a client to it with dopts; both stop when t ends.
 func grpcStart(t *testing.T, unary grpc.UnaryServerInterceptor, stream grpc.StreamServerInterceptor, dopts ...grpc.DialOption) *grpcServer {
 	t.Helper()
+	var (
+		unaries []grpc.UnaryServerInterceptor
+		streams []grpc.StreamServerInterceptor
+	)
+	if unary != nil {
+		unaries = append(unaries, unary)
+	}
+	if stream != nil {
+		streams = append(streams, stream)
+	}
+	return grpcStartChain(t, unaries, streams, dopts...)
+}
+
+// grpcStartChain is grpcStart with chains of interceptors, run in order
+// (grpc.ChainUnaryInterceptor, grpc.ChainStreamInterceptor).
+func grpcStartChain(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor, dopts ...grpc.DialOption) *grpcServer {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("conformance: cannot listen on 127.0.0.1:0 for the gRPC server: %v", err)
 	}
 	var sopts []grpc.ServerOption
-	if unary != nil {
-		sopts = append(sopts, grpc.UnaryInterceptor(unary))
+	if len(unary) > 0 {
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(unary...))
 	}
-	if stream != nil {
-		sopts = append(sopts, grpc.StreamInterceptor(stream))
+	if len(stream) > 0 {
+		sopts = append(sopts, grpc.ChainStreamInterceptor(stream...))
 	}
 	srv := grpc.NewServer(sopts...)
 	echo := &grpcEcho{}
@@ -213,11 +272,19 @@ func grpcStart(t *testing.T, unary grpc.UnaryServerInterceptor, stream grpc.Stre
 // grpcStartWith starts a server with h's interceptors for limiter and opts.
 func grpcStartWith(t *testing.T, h GRPCHarness, l *core.Limiter, opts []flow.Option, dopts ...grpc.DialOption) *grpcServer {
 	t.Helper()
+	unary, stream := grpcInterceptors(t, h, l, opts)
+	return grpcStart(t, unary, stream, dopts...)
+}
+
+// grpcInterceptors returns h's interceptors for limiter and opts, failing
+// t if one is nil.
+func grpcInterceptors(t *testing.T, h GRPCHarness, l *core.Limiter, opts []flow.Option) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	t.Helper()
 	unary, stream := h.Interceptors(t, l, opts)
 	if unary == nil || stream == nil {
 		t.Fatal("conformance: GRPCHarness.Interceptors returned a nil interceptor")
 	}
-	return grpcStart(t, unary, stream, dopts...)
+	return unary, stream
 }
 
 // grpcReply is what the client saw of one unary call.
@@ -284,7 +351,13 @@ func grpcLimiter(t testing.TB, opts []core.Option, rules ...core.Rule) *core.Lim
 // a store option, a memory store on the real clock.
 func grpcLimiterOn(t testing.TB, opts []core.Option, rules ...core.Rule) *core.Limiter {
 	t.Helper()
-	p, err := core.NewPolicy(rules...)
+	return grpcPlanLimiter(t, core.Plans{}, opts, rules...)
+}
+
+// grpcPlanLimiter is grpcLimiterOn with plans.
+func grpcPlanLimiter(t testing.TB, plans core.Plans, opts []core.Option, rules ...core.Rule) *core.Limiter {
+	t.Helper()
+	p, err := core.NewPlanPolicy(plans, rules...)
 	if err != nil {
 		t.Fatalf("conformance: NewPolicy: %v", err)
 	}
@@ -917,4 +990,385 @@ func grpcTestHeadersOnAllowOff(t *testing.T, h GRPCHarness) {
 		"ratelimit-policy":      `"per-user";q=1;w=1`,
 		"ratelimit":             `"per-user";r=0;t=1`,
 	})
+}
+
+// grpcTestPerMethodTiers: a per-user tier for every method and a stricter
+// one limited to Unary (core.Rule.Routes with its full method), decided
+// together: Unary is denied by the stricter tier while Other still
+// passes, and the denied calls take nothing from the per-user tier.
+func grpcTestPerMethodTiers(t *testing.T, h GRPCHarness) {
+	l := grpcLimiter(t, nil,
+		core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(4), 4)},
+		core.Rule{Name: "unary-strict", Scope: core.ScopeUser, Routes: []string{grpcUnary}, Limit: core.TokenBucket(core.PerHour(1), 1)},
+	)
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t)})
+	both := `"per-user";q=4;w=3600, "unary-strict";q=1;w=3600`
+	alice := []string{"x-user", "alice"}
+
+	// Unary takes a token from both tiers; the stricter one decides the
+	// fields, having the least left.
+	what := grpcCall(grpcUnary, alice...) + " #1"
+	r := s.call(grpcUnary, alice...)
+	if grpcExpectCode(t, what, r, codes.OK) {
+		grpcExpectFields(t, what, "header metadata", r.header, map[string]string{
+			"x-ratelimit-limit":     "1",
+			"x-ratelimit-remaining": "0",
+			"x-ratelimit-reset":     grpcUnix(time.Hour),
+			"ratelimit-policy":      both,
+			"ratelimit":             `"unary-strict";r=0;t=3600`,
+		})
+	}
+	for i := 2; i <= 4; i++ {
+		what := fmt.Sprintf("%s #%d", grpcCall(grpcUnary, alice...), i)
+		grpcExpectDenial(t, what, s.call(grpcUnary, alice...), time.Hour, []string{"unary-strict"}, map[string]string{
+			"x-ratelimit-limit":     "1",
+			"x-ratelimit-remaining": "0",
+			"x-ratelimit-reset":     grpcUnix(time.Hour),
+			"ratelimit-policy":      both,
+			"ratelimit":             `"unary-strict";r=0;t=3600`,
+		})
+	}
+	// Other is not limited by the stricter tier, and finds 3 of alice's 4
+	// per-user tokens: the 3 denied calls took none.
+	for left := 2; left >= 0; left-- {
+		what := fmt.Sprintf("%s with %d per-user tokens left after it", grpcCall(grpcOther, alice...), left)
+		r := s.call(grpcOther, alice...)
+		if !grpcExpectCode(t, what, r, codes.OK) {
+			continue
+		}
+		// 4 per hour: a token every 15 minutes.
+		refill := time.Duration(4-left) * 15 * time.Minute
+		grpcExpectFields(t, what, "header metadata", r.header, map[string]string{
+			"x-ratelimit-limit":     "4",
+			"x-ratelimit-remaining": strconv.Itoa(left),
+			"x-ratelimit-reset":     grpcUnix(refill),
+			"ratelimit-policy":      `"per-user";q=4;w=3600`,
+			"ratelimit":             fmt.Sprintf(`"per-user";r=%d;t=%d`, left, int(refill/time.Second)),
+		})
+	}
+	what = grpcCall(grpcOther, alice...) + " with the per-user tier empty"
+	grpcExpectDenial(t, what, s.call(grpcOther, alice...), 15*time.Minute, []string{"per-user"}, map[string]string{
+		"x-ratelimit-limit":     "4",
+		"x-ratelimit-remaining": "0",
+		"x-ratelimit-reset":     grpcUnix(time.Hour),
+		"ratelimit-policy":      `"per-user";q=4;w=3600`,
+		"ratelimit":             `"per-user";r=0;t=900`,
+	})
+	// The stricter tier is per user: bob has his own.
+	grpcExpectCode(t, grpcCall(grpcUnary, "x-user", "bob"), s.call(grpcUnary, "x-user", "bob"), codes.OK)
+	if u, o := s.echo.unary.Load(), s.echo.other.Load(); u != 2 || o != 3 {
+		t.Errorf("handlers ran Unary %d and Other %d times, want 2 and 3", u, o)
+	}
+}
+
+// grpcTestPerMethodKeys: flow.WithRouteKey keys the user tier of Unary by
+// the x-api-key metadata, in place of x-user, which keys it on Other; a
+// Unary call without an API key has no identity for the tier, which then
+// does not apply (x-user is not tried instead).
+func grpcTestPerMethodKeys(t *testing.T, h GRPCHarness) {
+	apiKey, err := keyfuncs.Metadata("x-api-key")
+	if err != nil {
+		t.Fatalf("conformance: keyfuncs.Metadata: %v", err)
+	}
+	l := grpcLimiter(t, nil, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 1)})
+	s := grpcStartWith(t, h, l, []flow.Option{grpcUserKey(t), flow.WithRouteKey(grpcUnary, core.ScopeUser, apiKey)})
+	for _, step := range []struct {
+		method string
+		kv     []string
+		want   codes.Code
+		fields bool // the call is limited: it carries the fields
+	}{
+		{grpcUnary, []string{"x-api-key", "k1", "x-user", "alice"}, codes.OK, true},
+		{grpcUnary, []string{"x-api-key", "k1", "x-user", "bob"}, codes.ResourceExhausted, true}, // k1's bucket, whoever the user
+		{grpcUnary, []string{"x-api-key", "k2", "x-user", "alice"}, codes.OK, true},
+		{grpcOther, []string{"x-api-key", "k1", "x-user", "alice"}, codes.OK, true}, // alice's bucket, not k1's
+		{grpcOther, []string{"x-api-key", "k3", "x-user", "alice"}, codes.ResourceExhausted, true},
+		{grpcOther, []string{"x-api-key", "k1", "x-user", "carol"}, codes.OK, true},
+		{grpcUnary, []string{"x-user", "dave"}, codes.OK, false},
+		{grpcUnary, []string{"x-user", "dave"}, codes.OK, false},
+	} {
+		what := grpcCall(step.method, step.kv...)
+		r := s.call(step.method, step.kv...)
+		if !grpcExpectCode(t, what, r, step.want) || step.want != codes.OK {
+			continue
+		}
+		if got := len(grpcFields(r.header)) > 0; got != step.fields {
+			t.Errorf("%s: rate-limit fields in the header metadata: %v, want %v (%v)", what, got, step.fields, r.header)
+		}
+	}
+	if u, o := s.echo.unary.Load(), s.echo.other.Load(); u != 4 || o != 2 {
+		t.Errorf("handlers ran Unary %d and Other %d times, want 4 and 2", u, o)
+	}
+}
+
+// grpcTestDoubleInstall: a middleware that runs twice on one call never
+// charges twice silently (DESIGN.md section 4).
+func grpcTestDoubleInstall(t *testing.T, h GRPCHarness) {
+	rule := core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(2), 2)}
+	t.Run("SameInterceptorsTwice", func(t *testing.T) {
+		// The very interceptors chained twice: the second run lets the
+		// call through without charging it or adding fields.
+		l := grpcLimiter(t, nil, rule)
+		unary, stream := grpcInterceptors(t, h, l, []flow.Option{grpcUserKey(t)})
+		s := grpcStartChain(t, []grpc.UnaryServerInterceptor{unary, unary}, []grpc.StreamServerInterceptor{stream, stream})
+		for i, left := range []string{"1", "0"} {
+			what := fmt.Sprintf("%s #%d through the unary interceptor chained twice", grpcCall(grpcUnary, "x-user", "alice"), i+1)
+			r := s.call(grpcUnary, "x-user", "alice")
+			if grpcExpectCode(t, what, r, codes.OK) {
+				grpcExpectFields(t, what, "header metadata", r.header, map[string]string{
+					"x-ratelimit-limit":     "2",
+					"x-ratelimit-remaining": left,
+					"x-ratelimit-reset":     grpcUnix(time.Duration(i+1) * 30 * time.Minute),
+					"ratelimit-policy":      `"per-user";q=2;w=3600`,
+					"ratelimit":             fmt.Sprintf(`"per-user";r=%s;t=%d`, left, (i+1)*1800),
+				})
+			}
+		}
+		grpcExpectCode(t, grpcCall(grpcUnary, "x-user", "alice")+" #3", s.call(grpcUnary, "x-user", "alice"), codes.ResourceExhausted)
+		if n := s.echo.unary.Load(); n != 2 {
+			t.Errorf("handler ran %d times for 2 allowed calls, want 2", n)
+		}
+		msgs := []string{"a", "b"}
+		for i, left := range []string{"1", "0"} {
+			what := fmt.Sprintf("Stream(x-user=bob) #%d through the stream interceptor chained twice", i+1)
+			r := s.stream(msgs, "x-user", "bob")
+			if r.err != nil || !slices.Equal(r.echoes, msgs) {
+				t.Errorf("%s: echoes %q, status %v; want %q and OK", what, r.echoes, r.err, msgs)
+				continue
+			}
+			if got := r.header.Get("x-ratelimit-remaining"); !slices.Equal(got, []string{left}) {
+				t.Errorf("%s: x-ratelimit-remaining = %q, want [%s]: one check, one set of fields", what, got, left)
+			}
+		}
+		r := s.stream(msgs, "x-user", "bob")
+		if status.Code(r.err) != codes.ResourceExhausted {
+			t.Errorf("Stream(x-user=bob) #3 through the stream interceptor chained twice: status %v, want ResourceExhausted", r.err)
+		}
+		if n := s.echo.streams.Load(); n != 2 {
+			t.Errorf("stream handler ran %d times for 2 allowed streams, want 2", n)
+		}
+	})
+	t.Run("TwoOverOneLimiter", func(t *testing.T) {
+		// Two interceptors built over one limiter would each charge every
+		// tier: the call fails, as the error path says (Internal), and
+		// the reason stays on the server.
+		l := grpcLimiter(t, nil, rule)
+		opts := []flow.Option{grpcUserKey(t)}
+		u1, s1 := grpcInterceptors(t, h, l, opts)
+		u2, s2 := grpcInterceptors(t, h, l, opts)
+		s := grpcStartChain(t, []grpc.UnaryServerInterceptor{u1, u2}, []grpc.StreamServerInterceptor{s1, s2})
+		hidden := flow.ErrInstalledTwice.Error()
+		what := grpcCall(grpcUnary, "x-user", "alice") + " through two unary interceptors over one limiter"
+		r := s.call(grpcUnary, "x-user", "alice")
+		if grpcExpectCode(t, what, r, codes.Internal) {
+			if msg := status.Convert(r.err).Message(); strings.Contains(msg, hidden) {
+				t.Errorf("%s: status message %q shows the server's error %q to the client", what, msg, hidden)
+			}
+		}
+		if n := s.echo.unary.Load(); n != 0 {
+			t.Errorf("handler ran %d times, want 0", n)
+		}
+		what = "Stream(x-user=bob) through two stream interceptors over one limiter"
+		sr := s.stream([]string{"a"}, "x-user", "bob")
+		if got := status.Code(sr.err); got != codes.Internal {
+			t.Errorf("%s: status %v, want Internal", what, sr.err)
+		} else if msg := status.Convert(sr.err).Message(); strings.Contains(msg, hidden) {
+			t.Errorf("%s: status message %q shows the server's error %q to the client", what, msg, hidden)
+		}
+		if n := s.echo.streams.Load(); n != 0 {
+			t.Errorf("stream handler ran %d times, want 0", n)
+		}
+	})
+	t.Run("TwoLimiters", func(t *testing.T) {
+		// Over two limiters, two interceptors are two policies: both apply.
+		wide := grpcLimiter(t, nil, rule)
+		narrow := grpcLimiter(t, nil, core.Rule{Name: "narrow", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 1)})
+		opts := []flow.Option{grpcUserKey(t)}
+		u1, s1 := grpcInterceptors(t, h, wide, opts)
+		u2, s2 := grpcInterceptors(t, h, narrow, opts)
+		s := grpcStartChain(t, []grpc.UnaryServerInterceptor{u1, u2}, []grpc.StreamServerInterceptor{s1, s2})
+		what := grpcCall(grpcUnary, "x-user", "alice")
+		grpcExpectCode(t, what+" #1 through interceptors over two limiters", s.call(grpcUnary, "x-user", "alice"), codes.OK)
+		r := s.call(grpcUnary, "x-user", "alice")
+		if grpcExpectCode(t, what+" #2, denied by the second limiter", r, codes.ResourceExhausted) {
+			if _, qf, _ := grpcDetails(r.err); !slices.Equal(grpcSubjects(qf), []string{"narrow"}) {
+				t.Errorf("%s #2: QuotaFailure violation subjects = %q, want [narrow]", what, grpcSubjects(qf))
+			}
+		}
+		if n := s.echo.unary.Load(); n != 1 {
+			t.Errorf("handler ran %d times, want 1", n)
+		}
+	})
+}
+
+// grpcAuthKey is the type of the context keys under which the NativeFuncs
+// case's authentication interceptors store what the caller sent.
+type grpcAuthKey string
+
+// grpcAuthFields are the metadata keys the authentication interceptors
+// move from the incoming metadata to the context.
+var grpcAuthFields = []string{"x-user", "x-plan", "x-cost", "x-skip"}
+
+// grpcAuthCtx returns ctx with each of grpcAuthFields present in its
+// incoming metadata moved to a context value under grpcAuthKey(name), as
+// authentication stores the caller it established: the key functions
+// cannot find them in the metadata.
+func grpcAuthCtx(ctx context.Context) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx) // a copy
+	for _, name := range grpcAuthFields {
+		if vs := md.Get(name); len(vs) > 0 {
+			ctx = context.WithValue(ctx, grpcAuthKey(name), vs[0])
+			delete(md, name)
+		}
+	}
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+// grpcAuthStream is a stream whose context grpcAuthCtx prepared.
+type grpcAuthStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *grpcAuthStream) Context() context.Context { return s.ctx }
+
+func grpcAuthUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(grpcAuthCtx(ctx), req)
+}
+
+func grpcAuthStreamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &grpcAuthStream{ServerStream: ss, ctx: grpcAuthCtx(ss.Context())})
+}
+
+// grpcTestNativeFuncs: the adapter's native key, plan, cost and skip
+// options (GRPCHarness.Native) run with the context the authentication
+// interceptor before them prepared and with the call's full method, on
+// calls and on streams.
+func grpcTestNativeFuncs(t *testing.T, h GRPCHarness) {
+	if h.Native == nil {
+		t.Fatal("conformance: GRPCHarness.Native is nil: every adapter has native key, plan, cost and skip options, and the suite checks them")
+	}
+	var (
+		mu      sync.Mutex
+		methods = map[string]string{} // function name: the full method it saw last
+	)
+	saw := func(fn, fullMethod string) {
+		mu.Lock()
+		defer mu.Unlock()
+		methods[fn] = fullMethod
+	}
+	value := func(ctx context.Context, name string) (string, bool) {
+		v, ok := ctx.Value(grpcAuthKey(name)).(string)
+		return v, ok
+	}
+	fns := GRPCNativeFuncs{
+		User: func(ctx context.Context, fullMethod string) (string, error) {
+			saw("User", fullMethod)
+			if v, ok := value(ctx, "x-user"); ok {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		},
+		Plan: func(ctx context.Context, fullMethod string) (string, error) {
+			saw("Plan", fullMethod)
+			if v, ok := value(ctx, "x-plan"); ok {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		},
+		Cost: func(ctx context.Context, fullMethod string) (int64, error) {
+			saw("Cost", fullMethod)
+			if v, ok := value(ctx, "x-cost"); ok {
+				return strconv.ParseInt(v, 10, 64)
+			}
+			return 1, nil
+		},
+		Skip: func(ctx context.Context, fullMethod string) bool {
+			saw("Skip", fullMethod)
+			v, _ := value(ctx, "x-skip")
+			return v == "1"
+		},
+	}
+	native := h.Native(t, fns)
+	store, err := core.NewMemoryStore(core.WithClock(core.NewManualClock(t0)))
+	if err != nil {
+		t.Fatalf("conformance: NewMemoryStore: %v", err)
+	}
+	l := grpcPlanLimiter(t, core.Plans{Default: "free"}, []core.Option{core.WithStore(store)},
+		core.Rule{Name: "free", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerHour(2), 2)},
+		core.Rule{Name: "pro", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerHour(5), 5)},
+	)
+	unary, stream := grpcInterceptors(t, h, l, native)
+	s := grpcStartChain(t, []grpc.UnaryServerInterceptor{grpcAuthUnary, unary}, []grpc.StreamServerInterceptor{grpcAuthStreamInterceptor, stream})
+
+	// expectSaw checks that the functions ran, each with fullMethod, and
+	// forgets what they saw.
+	expectSaw := func(what, fullMethod string, fnNames ...string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, fn := range fnNames {
+			if got := methods[fn]; got != fullMethod {
+				t.Errorf("%s: the native %s function saw the full method %q, want %q", what, fn, got, fullMethod)
+			}
+		}
+		clear(methods)
+	}
+	all := []string{"Skip", "User", "Plan", "Cost"}
+	for _, step := range []struct {
+		kv     []string
+		want   codes.Code
+		limit  string // x-ratelimit-limit of an allowed call; "": no fields
+		left   string // x-ratelimit-remaining
+		denier string // the tier of a denial
+	}{
+		{[]string{"x-user", "alice", "x-plan", "pro"}, codes.OK, "5", "4", ""},
+		{[]string{"x-user", "alice", "x-plan", "pro", "x-cost", "3"}, codes.OK, "5", "1", ""},
+		{[]string{"x-user", "alice", "x-plan", "pro", "x-skip", "1"}, codes.OK, "", "", ""},
+		{[]string{"x-user", "alice", "x-plan", "pro", "x-skip", "1", "x-cost", "5"}, codes.OK, "", "", ""},
+		{[]string{"x-user", "alice", "x-plan", "pro", "x-cost", "2"}, codes.ResourceExhausted, "", "", "pro"},
+		{[]string{"x-user", "alice", "x-plan", "pro"}, codes.OK, "5", "0", ""}, // the denial took nothing
+		{[]string{"x-user", "bob"}, codes.OK, "2", "1", ""},                    // no plan: the default, free
+		{[]string{"x-user", "bob", "x-cost", "many"}, codes.Internal, "", "", ""},
+	} {
+		what := grpcCall(grpcUnary, step.kv...)
+		r := s.call(grpcUnary, step.kv...)
+		if slices.Contains(step.kv, "x-skip") {
+			expectSaw(what, grpcUnary, "Skip")
+		} else {
+			expectSaw(what, grpcUnary, all...)
+		}
+		if !grpcExpectCode(t, what, r, step.want) {
+			continue
+		}
+		switch {
+		case step.denier != "":
+			if _, qf, _ := grpcDetails(r.err); !slices.Equal(grpcSubjects(qf), []string{step.denier}) {
+				t.Errorf("%s: QuotaFailure violation subjects = %q, want [%s]", what, grpcSubjects(qf), step.denier)
+			}
+		case step.want != codes.OK:
+		case step.limit == "":
+			grpcExpectFields(t, what, "header metadata", r.header, map[string]string{})
+		default:
+			limit, left := r.header.Get("x-ratelimit-limit"), r.header.Get("x-ratelimit-remaining")
+			if !slices.Equal(limit, []string{step.limit}) || !slices.Equal(left, []string{step.left}) {
+				t.Errorf("%s: x-ratelimit-limit %q and x-ratelimit-remaining %q, want [%s] and [%s]", what, limit, left, step.limit, step.left)
+			}
+		}
+	}
+	if n := s.echo.unary.Load(); n != 6 {
+		t.Errorf("handler ran %d times for 6 allowed calls, want 6", n)
+	}
+	// A stream: carol, on the default plan, opens one at a cost of 2,
+	// which empties her tier.
+	what := "Stream(x-user=carol, x-cost=2)"
+	r := s.stream([]string{"a"}, "x-user", "carol", "x-cost", "2")
+	expectSaw(what, grpcStream, all...)
+	if r.err != nil {
+		t.Errorf("%s: status %v, want OK", what, r.err)
+	} else if left := r.header.Get("x-ratelimit-remaining"); !slices.Equal(left, []string{"0"}) {
+		t.Errorf("%s: x-ratelimit-remaining %q, want [0]", what, left)
+	}
+	what = grpcCall(grpcUnary, "x-user", "carol") + " after her stream"
+	grpcExpectCode(t, what, s.call(grpcUnary, "x-user", "carol"), codes.ResourceExhausted)
 }

@@ -41,7 +41,77 @@ type HTTPHarness struct {
 	// cannot start. The suite calls it once per case, from the case's
 	// goroutine. Required.
 	Serve func(t testing.TB, routes []HTTPRoute) string
+	// ServeApp starts a real HTTP/1.1 server on 127.0.0.1, as Serve does,
+	// for a whole application: app's routes served by the framework's
+	// router, and ONE rate-limit middleware, built from app.Limiter and
+	// app.Options, installed the framework's router-level way, so that it
+	// runs for every request, routed or not: net/http wraps the whole
+	// *http.ServeMux (m.Handler(mux)); chi r.Use; gin engine.Use; fiber
+	// app.Use; Echo e.Use. Every route answers 200 with the body "ok"
+	// after calling its Handler, if any, and a request that matches no
+	// route gets the router's 404 (or 405), through the middleware.
+	//
+	// The fields of HTTPApp ask for more: see Twice, Second and Auth.
+	// ServeApp stops the server with t.Cleanup and fails t (t.Fatal) when
+	// a middleware cannot be built. Required.
+	ServeApp func(t testing.TB, app HTTPApp) string
 }
+
+// HTTPApp is the application HTTPHarness.ServeApp serves.
+type HTTPApp struct {
+	// Limiter is the limiter of the router-level middleware.
+	Limiter *core.Limiter
+	// Options are its framework-neutral options, passed as they are to
+	// the adapter's constructor, before those Auth asks for.
+	Options []flow.Option
+	// Routes are the application's routes.
+	Routes []HTTPAppRoute
+	// Twice asks for the same middleware (the very value the constructor
+	// returned) to be installed a second time, at the route level, on
+	// every route: net/http wraps each route's handler too; chi r.With;
+	// gin and fiber put it in each route's handlers; Echo as route
+	// middleware. A request must be charged once.
+	Twice bool
+	// Second, when not nil, asks for another middleware over the same
+	// Limiter, built with these options, installed at the route level on
+	// every route: two middlewares over one limiter on one request, which
+	// must be reported (flow.ErrInstalledTwice through the error handler:
+	// 500 by default), never a silent double charge.
+	Second []flow.Option
+	// Auth asks for an authentication middleware, installed before the
+	// rate-limit middleware, that moves the request header fields X-User,
+	// X-Plan, X-Cost and X-Skip, when present, into the framework's
+	// per-request storage, as authentication middleware stores the user
+	// and the plan, and deletes them from the request's header: gin's
+	// c.Set, fiber's c.Locals and Echo's c.Set under the field's name
+	// ("X-User"), and for net/http and chi a context value under
+	// AuthKey("X-User"). The rate-limit middleware
+	// then gets native functions that read that storage, and not the
+	// header: the framework's WithKeyFunc(core.ScopeUser, ...) (X-User;
+	// absent: keyfuncs.ErrNotApplicable), WithPlanFunc (X-Plan; absent:
+	// keyfuncs.ErrNotApplicable), WithCostFunc (X-Cost, a decimal int64;
+	// absent: 1; malformed: an error) and WithSkipFunc (X-Skip is "1").
+	Auth bool
+}
+
+// HTTPAppRoute is one route of an HTTPApp.
+type HTTPAppRoute struct {
+	// Method and Pattern are as in HTTPRoute: "GET", "/items/{id}".
+	Method, Pattern string
+	// Handler, when not nil, is called each time a request reaches the
+	// route's handler.
+	Handler func()
+}
+
+// ColonPattern returns Pattern in the syntax of gin, fiber and Echo; see
+// HTTPRoute.ColonPattern.
+func (r HTTPAppRoute) ColonPattern() string {
+	return HTTPRoute{Pattern: r.Pattern}.ColonPattern()
+}
+
+// AuthKey is the type of the context keys under which an HTTPApp's Auth
+// middleware stores values for net/http and chi: AuthKey("X-User").
+type AuthKey string
 
 // HTTPRoute is one route of the server that HTTPHarness.Serve builds, and
 // the configuration of the middleware in front of it.
@@ -116,6 +186,9 @@ func RunHTTPSuite(t *testing.T, h HTTPHarness) {
 	if h.Serve == nil {
 		t.Fatal("conformance: HTTPHarness.Serve is nil")
 	}
+	if h.ServeApp == nil {
+		t.Fatal("conformance: HTTPHarness.ServeApp is nil")
+	}
 	cases := []struct {
 		name string
 		run  func(f *httpFixture)
@@ -138,6 +211,14 @@ func RunHTTPSuite(t *testing.T, h HTTPHarness) {
 		{"ForwardedForTrusted", httpTestForwardedTrusted},
 		{"KeyErrors", httpTestKeyErrors},
 		{"CustomErrorHandler", httpTestCustomError},
+		{"AppRouteTemplate", httpTestAppRouteTemplate},
+		{"AppStricterRoute", httpTestAppStricterRoute},
+		{"AppRouteKey", httpTestAppRouteKey},
+		{"AppInstalledTwice", httpTestAppTwice},
+		{"AppSecondMiddleware", httpTestAppSecond},
+		{"AppUnknownPlan", httpTestAppUnknownPlan},
+		{"AppNativeFuncs", httpTestAppNative},
+		{"AppTenantLimitChange", httpTestAppTenant},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(newHTTPFixture(t, h)) })
@@ -198,7 +279,21 @@ func (f *httpFixture) limiter(rules ...core.Rule) *core.Limiter {
 // limiterWith returns a limiter of rules with opts.
 func (f *httpFixture) limiterWith(opts []core.Option, rules ...core.Rule) *core.Limiter {
 	f.t.Helper()
-	p, err := core.NewPolicy(rules...)
+	return f.planLimiter(core.Plans{}, opts, rules...)
+}
+
+// planLimiter returns a limiter of rules with plans, on a MemoryStore that
+// reads the case's clock unless opts has a store.
+func (f *httpFixture) planLimiter(plans core.Plans, opts []core.Option, rules ...core.Rule) *core.Limiter {
+	f.t.Helper()
+	if opts == nil {
+		s, err := core.NewMemoryStore(core.WithClock(f.clock))
+		if err != nil {
+			f.t.Fatalf("conformance: NewMemoryStore: %v", err)
+		}
+		opts = []core.Option{core.WithStore(s)}
+	}
+	p, err := core.NewPlanPolicy(plans, rules...)
 	if err != nil {
 		f.t.Fatalf("conformance: NewPolicy: %v", err)
 	}
@@ -218,6 +313,19 @@ func (f *httpFixture) serve(routes ...HTTPRoute) {
 	}
 	if !strings.HasPrefix(base, "http://") {
 		f.t.Fatalf("conformance: HTTPHarness.Serve returned %q, want an http:// URL", base)
+	}
+	f.base = strings.TrimSuffix(base, "/")
+}
+
+// serveApp starts the case's server for app.
+func (f *httpFixture) serveApp(app HTTPApp) {
+	f.t.Helper()
+	base := f.h.ServeApp(f.t, app)
+	if f.t.Failed() {
+		f.t.FailNow()
+	}
+	if !strings.HasPrefix(base, "http://") {
+		f.t.Fatalf("conformance: HTTPHarness.ServeApp returned %q, want an http:// URL", base)
 	}
 	f.base = strings.TrimSuffix(base, "/")
 }
@@ -840,12 +948,13 @@ func httpTestCost(f *httpFixture) {
 }
 
 // Plans: WithPlan selects the rules of the caller's plan; a request with no
-// plan, or a plan no rule names, is not limited by them.
+// plan gets the default plan's, and one with a plan no rule names is a key
+// error (400) when the policy rejects unknown plans.
 func httpTestPlans(f *httpFixture) {
 	t := f.t
 	var calls httpCounter
 	f.serve(HTTPRoute{Method: "GET", Pattern: "/plans", Handler: calls.inc,
-		Limiter: f.limiter(
+		Limiter: f.planLimiter(core.Plans{Default: "free", RejectUnknown: true}, nil,
 			core.Rule{Name: "free", Scope: core.ScopeIP, Plan: "free", Limit: core.TokenBucket(core.PerHour(1), 2)},
 			core.Rule{Name: "pro", Scope: core.ScopeIP, Plan: "pro", Limit: core.TokenBucket(core.PerHour(10), 5)},
 		),
@@ -854,17 +963,16 @@ func httpTestPlans(f *httpFixture) {
 	c := f.get("/plans", "X-Plan", "free")
 	c.wantOK(t)
 	c.wantFields(t, httpLimit, "2", httpRemaining, "1", httpPolicy, `"free";q=2;w=7200`, httpRateLimit, `"free";r=1;t=3600`)
-	f.get("/plans", "X-Plan", "free").wantOK(t)
+	f.get("/plans").wantOK(t) // no plan: the default, free
 	f.get("/plans", "X-Plan", "free").wantProblem(t, http.StatusTooManyRequests, "free")
 	c = f.get("/plans", "X-Plan", "pro")
 	c.wantOK(t)
 	c.wantFields(t, httpLimit, "5", httpRemaining, "4", httpPolicy, `"pro";q=5;w=1800`, httpRateLimit, `"pro";r=4;t=360`)
-	for _, kv := range [][]string{nil, {"X-Plan", "enterprise"}} {
-		c = f.get("/plans", kv...)
-		c.wantOK(t)
-		c.wantNoLimitFields(t)
-	}
-	calls.want(t, "GET /plans", 5)
+	f.get("/plans").wantProblem(t, http.StatusTooManyRequests, "free")
+	c = f.get("/plans", "X-Plan", "enterprise")
+	c.wantStatus(t, http.StatusBadRequest)
+	c.wantNoLimitFields(t)
+	calls.want(t, "GET /plans", 3)
 }
 
 // MultiTier: per-ip, per-user and global tiers. RateLimit-Policy lists every
@@ -1166,4 +1274,256 @@ func httpTestCustomError(f *httpFixture) {
 		c.wantNoLimitFields(t)
 	}
 	calls.want(t, "GET /broken and /long", 0)
+}
+
+// The cases below serve a whole application with one middleware installed
+// at the router level (HTTPHarness.ServeApp).
+
+// httpAppRoutes returns routes of the patterns, "GET /search" style, each
+// counting its calls.
+func httpAppRoutes(patterns ...string) ([]HTTPAppRoute, map[string]*httpCounter) {
+	routes := make([]HTTPAppRoute, 0, len(patterns))
+	calls := map[string]*httpCounter{}
+	for _, p := range patterns {
+		method, pattern, _ := strings.Cut(p, " ")
+		c := new(httpCounter)
+		calls[p] = c
+		routes = append(routes, HTTPAppRoute{Method: method, Pattern: pattern, Handler: c.inc})
+	}
+	return routes, calls
+}
+
+// AppRouteTemplate: installed once at the router level, the middleware
+// knows the route each request reaches: the endpoint tier is keyed by the
+// route template, a rule limited to a templated route applies to its
+// paths, and a request that matches no route gets the router's 404.
+func httpTestAppRouteTemplate(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /items/{id}", "GET /users/{id}")
+	f.serveApp(HTTPApp{
+		Limiter: f.limiter(
+			core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerHour(1), 2)},
+			core.Rule{Name: "items", Scope: core.ScopeIP, Routes: []string{"GET /items/{id}"}, Limit: core.TokenBucket(core.PerHour(1), 10)},
+		),
+		Routes: routes,
+	})
+	c := f.get("/items/1")
+	c.wantOK(t)
+	c.wantFields(t, httpPolicy, `"per-endpoint";q=2;w=7200, "items";q=10;w=36000`, httpRemaining, "1")
+	f.get("/items/2").wantOK(t)
+	f.get("/items/3").wantProblem(t, http.StatusTooManyRequests, "per-endpoint")
+	c = f.get("/users/1")
+	c.wantOK(t)
+	c.wantFields(t, httpPolicy, `"per-endpoint";q=2;w=7200`, httpRemaining, "1")
+	c = f.get("/nowhere")
+	c.wantStatus(t, http.StatusNotFound)
+	c.wantNoLimitFields(t)
+	calls["GET /items/{id}"].want(t, "GET /items/{id}", 2)
+	calls["GET /users/{id}"].want(t, "GET /users/{id}", 1)
+}
+
+// AppStricterRoute: a stricter tier on one route, from the one middleware
+// installed at the router level, is decided together with the others: a
+// search it denies takes nothing from the per-user tier.
+func httpTestAppStricterRoute(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /search", "GET /items/{id}")
+	f.serveApp(HTTPApp{
+		Limiter: f.limiter(
+			core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(6), 6)},
+			core.Rule{Name: "search", Scope: core.ScopeUser, Routes: []string{"GET /search"}, Limit: core.TokenBucket(core.PerHour(2), 2)},
+		),
+		Options: []flow.Option{flow.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User"))},
+		Routes:  routes,
+	})
+	alice := []string{"X-User", "alice"}
+	c := f.get("/search", alice...)
+	c.wantOK(t)
+	c.wantFields(t, httpPolicy, `"per-user";q=6;w=3600, "search";q=2;w=3600`, httpRemaining, "1", httpRateLimit, `"search";r=1;t=1800`)
+	f.get("/search", alice...).wantOK(t)
+	for range 3 {
+		c = f.get("/search", alice...)
+		c.wantProblem(t, http.StatusTooManyRequests, "search")
+	}
+	// The denied searches took nothing: per-user has 4 of 6 left.
+	for i := 3; i >= 0; i-- {
+		c = f.get("/items/7", alice...)
+		c.wantOK(t)
+		c.wantFields(t, httpPolicy, `"per-user";q=6;w=3600`, httpRemaining, strconv.Itoa(i))
+	}
+	f.get("/items/7", alice...).wantProblem(t, http.StatusTooManyRequests, "per-user")
+	calls["GET /search"].want(t, "GET /search", 2)
+	calls["GET /items/{id}"].want(t, "GET /items/{id}", 4)
+}
+
+// AppRouteKey: flow.WithRouteKey keys a scope its own way on one route;
+// the tier limited to that route counts by that key, and other routes are
+// not keyed by it.
+func httpTestAppRouteKey(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /search", "GET /items/{id}")
+	apiKey := core.Dimension("api-key")
+	f.serveApp(HTTPApp{
+		Limiter: f.limiter(
+			core.Rule{Name: "search-key", Scope: apiKey, Routes: []string{"GET /search"}, Limit: core.TokenBucket(core.PerHour(1), 1)},
+		),
+		Options: []flow.Option{flow.WithRouteKey("GET /search", apiKey, httpHeaderKey(t, "X-Api-Key"))},
+		Routes:  routes,
+	})
+	f.get("/search", "X-Api-Key", "k1").wantOK(t)
+	f.get("/search", "X-Api-Key", "k1").wantProblem(t, http.StatusTooManyRequests, "search-key")
+	f.get("/search", "X-Api-Key", "k2").wantOK(t)
+	c := f.get("/items/1", "X-Api-Key", "k1")
+	c.wantOK(t)
+	c.wantNoLimitFields(t)
+	calls["GET /search"].want(t, "GET /search", 2)
+	calls["GET /items/{id}"].want(t, "GET /items/{id}", 1)
+}
+
+// AppInstalledTwice: the same middleware installed at the router level and
+// again on the route charges each request once.
+func httpTestAppTwice(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /twice")
+	f.serveApp(HTTPApp{
+		Limiter: f.limiter(core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(3), 3)}),
+		Routes:  routes,
+		Twice:   true,
+	})
+	for _, remaining := range []string{"2", "1", "0"} {
+		c := f.get("/twice")
+		c.wantOK(t)
+		c.wantFields(t, httpRemaining, remaining)
+	}
+	f.get("/twice").wantProblem(t, http.StatusTooManyRequests, "per-ip")
+	calls["GET /twice"].want(t, "GET /twice", 3)
+}
+
+// AppSecondMiddleware: two middlewares over one limiter on one request
+// would each charge it: the request fails (500, the status text only)
+// and its handler does not run.
+func httpTestAppSecond(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /second")
+	f.serveApp(HTTPApp{
+		Limiter: f.limiter(core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(3), 3)}),
+		Routes:  routes,
+		Second:  []flow.Option{},
+	})
+	c := f.get("/second")
+	c.wantStatus(t, http.StatusInternalServerError)
+	if strings.Contains(c.body, "limiter") || strings.Contains(c.body, "middleware") {
+		t.Errorf("%s: body %q shows the error to the client", c.name, httpTrim(c.body))
+	}
+	calls["GET /second"].want(t, "GET /second", 0)
+}
+
+// AppUnknownPlan: a plan no rule names ("Pro", "enterprise") and no plan
+// get the default plan's tiers, never none.
+func httpTestAppUnknownPlan(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /plan")
+	f.serveApp(HTTPApp{
+		Limiter: f.planLimiter(core.Plans{Default: "free"}, nil,
+			core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerHour(2), 2)},
+			core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerHour(4), 4)},
+		),
+		Options: []flow.Option{
+			flow.WithKey(core.ScopeUser, httpHeaderKey(t, "X-User")),
+			flow.WithPlan(httpHeaderKey(t, "X-Plan")),
+		},
+		Routes: routes,
+	})
+	for _, user := range [][]string{
+		{"X-User", "u1", "X-Plan", "Pro"},
+		{"X-User", "u2", "X-Plan", "enterprise"},
+		{"X-User", "u3"},
+	} {
+		c := f.get("/plan", user...)
+		c.wantOK(t)
+		c.wantFields(t, httpLimit, "2", httpRemaining, "1")
+		f.get("/plan", user...).wantOK(t)
+		f.get("/plan", user...).wantProblem(t, http.StatusTooManyRequests, "per-user")
+	}
+	c := f.get("/plan", "X-User", "u4", "X-Plan", "pro")
+	c.wantOK(t)
+	c.wantFields(t, httpLimit, "4", httpRemaining, "3")
+	calls["GET /plan"].want(t, "GET /plan", 7)
+}
+
+// AppNativeFuncs: the framework's own key, plan, cost and skip functions
+// read what an authentication middleware stored on the request.
+func httpTestAppNative(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /native")
+	f.serveApp(HTTPApp{
+		Limiter: f.planLimiter(core.Plans{Default: "free"}, nil,
+			core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerHour(3), 3)},
+			core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerHour(10), 10)},
+		),
+		Routes: routes,
+		Auth:   true,
+	})
+	bob := []string{"X-User", "bob", "X-Plan", "pro"}
+	c := f.get("/native", append(bob, "X-Cost", "4")...)
+	c.wantOK(t)
+	c.wantFields(t, httpLimit, "10", httpRemaining, "6")
+	c = f.get("/native", append(bob, "X-Skip", "1")...)
+	c.wantOK(t)
+	c.wantNoLimitFields(t)
+	c = f.get("/native", append(bob, "X-Cost", "6")...)
+	c.wantOK(t)
+	c.wantFields(t, httpRemaining, "0")
+	f.get("/native", bob...).wantProblem(t, http.StatusTooManyRequests, "per-user")
+	// No plan stored: the default plan; no user stored: no per-user tier.
+	c = f.get("/native", "X-User", "carol")
+	c.wantOK(t)
+	c.wantFields(t, httpLimit, "3", httpRemaining, "2")
+	c = f.get("/native")
+	c.wantOK(t)
+	c.wantNoLimitFields(t)
+	c = f.get("/native", "X-User", "carol", "X-Cost", "lots")
+	c.wantStatus(t, http.StatusInternalServerError)
+	calls["GET /native"].want(t, "GET /native", 5)
+}
+
+// AppTenantLimitChange: a rule takes each tenant's limit from a table the
+// service changes at run time, with a fallback for tenants it has none
+// for; a changed limit keeps the tenant's bucket, scaled to the new burst.
+func httpTestAppTenant(f *httpFixture) {
+	t := f.t
+	routes, calls := httpAppRoutes("GET /tenant")
+	table := core.NewLimitTable()
+	if err := table.Set("acme", core.TokenBucket(core.PerHour(4), 4)); err != nil {
+		t.Fatal(err)
+	}
+	tenant := core.Dimension("tenant")
+	f.serveApp(HTTPApp{
+		Limiter: f.limiter(core.Rule{Name: "per-tenant", Scope: tenant, Lookup: table, Limit: core.TokenBucket(core.PerHour(2), 2)}),
+		Options: []flow.Option{flow.WithKey(tenant, httpHeaderKey(t, "X-Tenant"))},
+		Routes:  routes,
+	})
+	acme := []string{"X-Tenant", "acme"}
+	for _, remaining := range []string{"3", "2"} {
+		c := f.get("/tenant", acme...)
+		c.wantOK(t)
+		c.wantFields(t, httpLimit, "4", httpRemaining, remaining)
+	}
+	c := f.get("/tenant", "X-Tenant", "beta")
+	c.wantOK(t)
+	c.wantFields(t, httpLimit, "2", httpRemaining, "1")
+	// Twice the burst at twice the rate: the same hour to fill, and the
+	// bucket, half full, stays half full: 4 of 8.
+	if err := table.Set("acme", core.TokenBucket(core.PerHour(8), 8)); err != nil {
+		t.Fatal(err)
+	}
+	for _, remaining := range []string{"3", "2", "1", "0"} {
+		c := f.get("/tenant", acme...)
+		c.wantOK(t)
+		c.wantFields(t, httpLimit, "8", httpRemaining, remaining)
+	}
+	c = f.get("/tenant", acme...)
+	c.wantProblem(t, http.StatusTooManyRequests, "per-tenant")
+	c.wantFields(t, httpPolicy, `"per-tenant";q=8;w=3600`, httpRetryAfter, "450")
+	calls["GET /tenant"].want(t, "GET /tenant", 7)
 }

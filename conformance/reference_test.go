@@ -11,7 +11,9 @@ import (
 // refStore is a store made of the reference models, one per bucket, behind
 // one lock. It exists to check the models against the hand-computed cases
 // of RunStoreSuite, so that RunPropertySuite compares stores with models
-// that are right on every worked example, not merely with each other.
+// that are right on every worked example, not merely with each other. A
+// bucket keeps its model whatever limit a take carries for it, as stores
+// keep their state (the suite changes limits, never algorithms).
 type refStore struct {
 	mu     sync.Mutex
 	clock  core.Clock
@@ -29,14 +31,15 @@ func (s *refStore) Take(_ context.Context, t *core.Take) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ms := make([]refModel, len(t.Buckets))
+	ls := make([]*core.Limit, len(t.Buckets))
 	for i, b := range t.Buckets {
 		k := core.Bucket{Rule: b.Rule, Key: b.Key}
 		if s.models[k] == nil {
 			s.models[k] = newRefModel(b.Limit)
 		}
-		ms[i] = s.models[k]
+		ms[i], ls[i] = s.models[k], b.Limit
 	}
-	copy(t.States, refTake(ms, now, t.Cost))
+	copy(t.States, refTake(ms, ls, now, t.Cost))
 	return nil
 }
 

@@ -72,6 +72,8 @@ func RunStoreSuite(t *testing.T, h StoreHarness) {
 	t.Run("ConcurrencyMultiTier", func(t *testing.T) { testConcurrencyMultiTier(t, h) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
 	t.Run("ExplicitNow", func(t *testing.T) { testExplicitNow(t, h) })
+	t.Run("LimitChange", func(t *testing.T) { testLimitChange(t, h) })
+	t.Run("LongLimits", func(t *testing.T) { testLongLimits(t, h) })
 }
 
 // instant names t0+d the way the suite's messages do: "t0", "t0+500ms",
@@ -1125,4 +1127,157 @@ func testExplicitNow(t *testing.T, h StoreHarness) {
 			}
 		})
 	}
+}
+
+// changeStep is one Take of a timeline whose bucket's limit changes: the
+// same rule and key under the limit named.
+type changeStep struct {
+	at    time.Duration
+	limit string
+	cost  int64
+	want  core.BucketState
+}
+
+// runChanges runs one timeline per name, each on its own store, with one
+// bucket (rule "r", key "alice") taken under the limits the steps name.
+func runChanges(t *testing.T, h StoreHarness, name string, limits map[string]core.Limit, steps []changeStep) {
+	t.Run(name, func(t *testing.T) {
+		f := newFixture(t, h)
+		key := f.key("alice")
+		bs := map[string]core.Bucket{}
+		for n, l := range limits {
+			bs[n] = bucket(t, "r", key, l)
+		}
+		for _, s := range steps {
+			check(t, fmt.Sprintf("%s under %s (%v)", call(s.at, s.cost), s.limit, bs[s.limit].Limit), f.takeOne(s.at, s.cost, bs[s.limit]), s.want)
+		}
+	})
+}
+
+// testLimitChange: a bucket whose limit changes (a reloaded rule of the
+// same name, a per-tenant limit) keeps its state, as core.Limit documents.
+// A token bucket keeps the share of its burst it had: under a limit of
+// another fill time its debt (the time until full) is scaled by the new
+// fill time over the old, ceil(debt*tau'/tau), clamped to tau', and it
+// refills at its writer's pace until a take under the new limit is
+// admitted, the time until full rounded up to the microsecond going into
+// the scaling. A fixed window keeps
+// its count under a limit of the same window, and starts afresh under
+// another window.
+func testLimitChange(t *testing.T, h StoreHarness) {
+	us := time.Microsecond
+	runChanges(t, h, "token_bucket", map[string]core.Limit{
+		"A": core.TokenBucket(core.PerSecond(1), 4), // fill time 4s
+		"B": core.TokenBucket(core.PerSecond(2), 2), // 1s
+		"C": core.TokenBucket(core.PerSecond(1), 8), // 8s
+		"D": core.TokenBucket(core.PerSecond(2), 8), // 4s, as A's
+	}, []changeStep{
+		{0, "A", 3, allowed(1, 3*sec)}, // a debt of 3s on 4s: 75% spent
+		// Under B: 75% of 1s, 750ms; the 250ms left are no whole token.
+		{0, "B", 0, allowed(0, 3*sec)},
+		// A token of B (500ms, 25%) fits at 50% spent: 1s later at A's
+		// pace, which is B's pace until B writes.
+		{0, "B", 1, limited(0, 3*sec, sec)},
+		// 1ns before: 2s and 1ns to full, 2.000001s once rounded up to the
+		// microsecond, whose share of 1s, rounded up, leaves no token.
+		{sec - ns, "B", 1, limited(0, 2*sec+ns, ns)},
+		{sec - us, "B", 1, limited(0, 2*sec+us, us)},
+		{sec, "B", 1, allowed(0, sec)}, // B writes: full at t0+2s
+		// Back to A: B's bucket is empty, so is A's (a debt of 4s), and
+		// it refills at B's pace: full at t0+2s.
+		{sec, "A", 0, allowed(0, sec)},
+		// A token of A (25%) fits at 75% spent: 250ms at B's pace.
+		{sec, "A", 1, limited(0, sec, 250*ms)},
+		{1250 * ms, "A", 1, allowed(0, 4*sec)}, // A writes: full at t0+5.25s
+		// C has twice A's fill time: empty is empty.
+		{1250 * ms, "C", 0, allowed(0, 4*sec)},
+		// D has A's fill time: the debt is kept as it is, the same share.
+		{3250 * ms, "D", 0, allowed(4, 2*sec)},
+		{3250 * ms, "D", 4, allowed(0, 4*sec)},
+		{5250 * ms, "A", 0, allowed(2, 2*sec)},
+		{7250 * ms, "C", 0, allowed(8, 0)},
+	})
+	runChanges(t, h, "shaping", map[string]core.Limit{
+		"S1": core.Shaping(core.PerSecond(1), 2, 3*sec), // fill time 2s
+		"S2": core.Shaping(core.PerSecond(1), 4, sec),   // 4s
+	}, []changeStep{
+		{0, "S1", 2, allowed(0, 2*sec)},
+		{0, "S1", 2, delayed(4*sec, 2*sec)},
+		{0, "S1", 1, delayed(5*sec, 3*sec)},
+		// A debt of 5s on 2s, 250%: clamped to S2's 4s, an empty bucket.
+		// The queue beyond the burst is not carried over.
+		{0, "S2", 0, allowed(0, 5*sec)},
+		{0, "S2", 1, delayed(5*sec, sec)},
+		{0, "S2", 1, limited(0, 5*sec, sec)},
+		// Back to S1: 5s of 4s spent, 125%, clamped to S1's 2s: empty, and
+		// the queue is not carried over this way either.
+		{0, "S1", 1, delayed(3*sec, sec)},
+		{0, "S1", 1, delayed(4*sec, 2*sec)},
+		{0, "S1", 1, delayed(5*sec, 3*sec)},
+		{0, "S1", 1, limited(0, 5*sec, sec)},
+	})
+	const q = 250 * ms
+	runChanges(t, h, "fixed_window", map[string]core.Limit{
+		"L3": core.FixedWindow(3, sec),
+		"L5": core.FixedWindow(5, sec),
+		"W2": core.FixedWindow(5, 2*sec),
+	}, []changeStep{
+		{q, "L3", 3, allowed(0, 750*ms)},
+		{q, "L5", 0, allowed(2, 750*ms)},
+		{q, "L5", 2, allowed(0, 750*ms)},
+		// 5 counted under a limit of 3: none left until the window ends.
+		{q, "L3", 0, allowed(0, 750*ms)},
+		{q, "L3", 1, limited(0, 750*ms, 750*ms)},
+		// Another window length: afresh.
+		{q, "W2", 0, allowed(5, 0)},
+		{q, "W2", 2, allowed(3, 1750*ms)},
+		{q, "L3", 0, allowed(3, 0)},
+		{sec, "L5", 1, allowed(4, sec)},
+	})
+}
+
+// testLongLimits: limits longer than 100 days, up to 400, decide in whole
+// microseconds, at the time truncated to the microsecond, with their
+// interval between tokens rounded up to one; times far apart are exact.
+func testLongLimits(t *testing.T, h StoreHarness) {
+	day, us := 24*time.Hour, time.Microsecond
+	runTimelines(t, h, []timeline{
+		{name: "yearly_token_bucket", limit: core.TokenBucket(core.PerDay(1), 365), steps: []step{
+			{123 * ns, 365, allowed(0, 365*day)},
+			{day - ns, 0, allowed(0, 364*day+us)},
+			{day - ns, 1, limited(0, 364*day+us, us)},
+			{day + 999*ns, 1, allowed(0, 365*day)},
+			{day + 999*ns, 1, limited(0, 365*day, day)},
+			{200*day + 5*ns, 0, allowed(199, 166*day)},
+			{400 * day, 0, allowed(365, 0)},
+		}},
+		// (300 days + 1ns)/3 per token: 100 days and 1ns, rounded up to
+		// 100 days and 1µs.
+		{name: "rounded_interval", limit: core.TokenBucket(core.Rate{N: 3, Per: 300*day + 1}, 3), steps: []step{
+			{0, 3, allowed(0, 300*day+3*us)},
+			{100 * day, 1, limited(0, 200*day+3*us, us)},
+			{100*day + us, 1, allowed(0, 300*day+3*us)},
+		}},
+		{name: "shaping_200_days", limit: core.Shaping(core.PerDay(1), 100, 150*day+1999*ns), steps: []step{
+			{500 * ns, 100, allowed(0, 100*day)},
+			{700 * ns, 100, delayed(200*day, 100*day)},
+			{800 * ns, 50, delayed(250*day, 150*day)},
+			{900 * ns, 1, limited(0, 250*day, day-us)},
+		}},
+		// t0 is 54 days into an epoch-aligned 200-day window: 20454 days
+		// after the epoch, 102 windows and 54 days.
+		{name: "fixed_window_200_days", limit: core.FixedWindow(3, 200*day), steps: []step{
+			{777 * ns, 3, allowed(0, 146*day)},
+			{777 * ns, 1, limited(0, 146*day, 146*day)},
+			{146*day - ns, 1, limited(0, us, us)},
+			{146 * day, 1, allowed(2, 200*day)},
+		}},
+		{name: "sliding_log_120_days", limit: core.SlidingLog(2, 120*day), steps: []step{
+			{ns, 1, allowed(1, 120*day)},
+			{10*day + 1500*ns, 1, allowed(0, 120*day)},
+			{10*day + 1500*ns, 1, limited(0, 120*day, 110*day-us)},
+			{120*day - ns, 1, limited(0, 10*day+2*us, us)},
+			{120 * day, 1, allowed(0, 120*day)},
+		}},
+	})
 }

@@ -43,8 +43,25 @@
 // ReasonCostExceedsLimit and no retry time. The implementation is GCRA in
 // integer nanoseconds: one theoretical arrival time per bucket, the interval
 // between tokens 1/r rounded up to the nanosecond so that the rate is never
-// exceeded. Decisions are exact at every nanosecond; there is no floating
-// point in the token bucket.
+// exceeded. Decisions are exact at every nanosecond; the token bucket uses
+// floating point only to rescale a bucket whose limit changed (below).
+//
+// Spans (a token bucket's fill time plus its MaxWait, a window) go up to
+// MaxSpan, 400 days, so quarterly and yearly quotas fit. A limit whose span
+// is longer than 100 days decides at microsecond resolution
+// (Limit.Resolution): its interval between tokens is rounded up to the
+// microsecond, it decides as at the time truncated to the microsecond, and
+// its durations are whole microseconds. Every store decides such a limit
+// exactly as Limit.Decide does.
+//
+// A rule or tenant whose limit changes keeps its buckets. A token bucket
+// keeps the share of its burst it had: its debt (the time until it is full)
+// is rescaled by the new fill time over the old, debt' = ceil(debt *
+// tau'/tau), clamped to [0, tau'], and it refills at the old pace until a
+// take under the new limit is admitted. A window keeps its count, to which
+// the new limit applies, as long as its window length is unchanged; a window
+// of another length, or another algorithm, starts afresh. See Limit for the
+// details.
 //
 // Decision fields, for the deciding tier: Limit = b; Remaining = whole
 // tokens left, never negative; ResetAfter = time until the bucket is full;
@@ -58,6 +75,23 @@
 // log, exact over (t-W, t]; and Shaping, a token bucket that delays a request
 // into its slot (Decision.Delay) for up to MaxWait instead of denying it,
 // serving requests in arrival order.
+//
+// # Routes, plans and tenants
+//
+// A rule may be limited to routes (Rule.Routes, selectors parsed by
+// ParseRoute: "GET /search", "/search", "POST", a gRPC method), to the
+// requests a predicate accepts (Rule.When), and may take its limit per
+// identity from a Lookup (a LimitTable, a LookupFunc), with Rule.Limit for
+// identities it has none for. Every rule that applies to a request,
+// whatever selects it, is decided in the same store call. A policy
+// indexes its rules by route, and a LimitTable is a sharded map, so that
+// the cost of a decision grows with neither the number of routes nor the
+// number of tenants.
+//
+// A policy whose rules name plans says what a request of no plan, or of a
+// plan no rule names, gets (NewPlanPolicy, Plans): the default plan's
+// rules, or an error wrapping ErrUnknownPlan. NewPolicy refuses such rules
+// without it, for those requests would silently skip every plan tier.
 //
 // # Stores
 //

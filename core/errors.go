@@ -1,6 +1,9 @@
 package core
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Configuration errors, returned (wrapped, naming the rule and the field, or
 // the option) by NewPolicy, NewLimiter, NewMemoryStore and NewHeaderFormat.
@@ -26,6 +29,10 @@ var (
 	// (the error names the option): a nil Store, Observer or Clock is
 	// refused, never replaced by a default.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
+	// ErrInvalidPlan: a policy's rules name plans but it says nothing of
+	// requests of no plan or an unknown one, or its default plan is not one
+	// the rules name (see Plans).
+	ErrInvalidPlan = errors.New("ratelimit: invalid plan")
 	// ErrNotConstructed: a method was called on a Limiter or MemoryStore
 	// that was not made by its constructor (a zero value, or a nil
 	// pointer). The error names the type and the constructor to use.
@@ -43,6 +50,11 @@ var (
 	// ErrInvalidTime: an explicit time is zero, before the Unix epoch or
 	// after MaxTime().
 	ErrInvalidTime = errors.New("ratelimit: invalid time")
+	// ErrUnknownPlan: a request's plan is not one the policy's rules name
+	// and the policy rejects unknown plans (Plans.RejectUnknown), or it has
+	// no plan and the policy has no default. It wraps ErrInvalidKey: the
+	// middlewares answer it as a key error, 400.
+	ErrUnknownPlan = fmt.Errorf("%w: unknown plan", ErrInvalidKey)
 )
 
 // Outcome errors.

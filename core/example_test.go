@@ -43,8 +43,9 @@ func ExampleLimiter_AllowAt() {
 }
 
 // Several tiers on one request: all must pass, and a denial names the tier.
+// A request of no plan, or of a plan no rule names, gets the free plan's.
 func ExampleLimiter_Allow() {
-	policy, err := core.NewPolicy(
+	policy, err := core.NewPlanPolicy(core.Plans{Default: "free"},
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerMinute(10), 2)},
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerMinute(100), 20)},
 		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerSecond(50), 100)},
@@ -57,7 +58,7 @@ func ExampleLimiter_Allow() {
 	if err != nil {
 		panic(err)
 	}
-	req := core.Request{User: "bob", Plan: "free", Endpoint: "GET /search"}
+	req := core.Request{User: "bob", Plan: "enterprise", Endpoint: "GET /search"}
 	for range 3 {
 		d, err := limiter.Allow(context.Background(), req)
 		if err != nil {
@@ -122,3 +123,72 @@ func ExampleWithFailureMode() {
 type downStore struct{}
 
 func (downStore) Take(context.Context, *core.Take) error { return errors.New("connection refused") }
+
+// A stricter tier on one route, decided with the others in one take: a
+// search the search tier denies takes nothing from per-user.
+func ExampleRule_routes() {
+	policy, err := core.NewPolicy(
+		core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(60), 5)},
+		core.Rule{Name: "search", Scope: core.ScopeUser, Routes: []string{"GET /search"}, Limit: core.TokenBucket(core.PerMinute(6), 2)},
+	)
+	if err != nil {
+		panic(err)
+	}
+	limiter, err := core.NewLimiter(policy)
+	if err != nil {
+		panic(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	search := core.Request{User: "ann", Method: "GET", Route: "/search"}
+	item := core.Request{User: "ann", Method: "GET", Route: "/items/{id}"}
+	for _, req := range []core.Request{search, search, search, item} {
+		d, _ := limiter.AllowAt(context.Background(), t0, req, 1)
+		fmt.Printf("%s allowed=%v tier=%s remaining=%d\n", req.Route, d.Allowed, d.Rule, d.Remaining)
+	}
+	// Output:
+	// /search allowed=true tier=search remaining=1
+	// /search allowed=true tier=search remaining=0
+	// /search allowed=false tier=search remaining=0
+	// /items/{id} allowed=true tier=per-user remaining=2
+}
+
+// Per-tenant limits from a table the service fills and changes at run
+// time, with the rule's Limit for tenants the table has none for. A
+// tenant whose limit changes keeps its bucket.
+func ExampleLimitTable() {
+	tenants := core.NewLimitTable()
+	if err := tenants.Set("acme", core.TokenBucket(core.PerHour(4), 4)); err != nil {
+		panic(err)
+	}
+	policy, err := core.NewPolicy(core.Rule{
+		Name: "per-tenant", Scope: core.Dimension("tenant"), Lookup: tenants,
+		Limit: core.TokenBucket(core.PerHour(2), 2), // tenants not in the table
+	})
+	if err != nil {
+		panic(err)
+	}
+	limiter, err := core.NewLimiter(policy)
+	if err != nil {
+		panic(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	take := func(tenant string) {
+		req := core.Request{Dims: []core.Dim{{Name: "tenant", Value: tenant}}}
+		d, _ := limiter.AllowAt(context.Background(), t0, req, 1)
+		fmt.Printf("%s allowed=%v limit=%d remaining=%d\n", tenant, d.Allowed, d.Limit, d.Remaining)
+	}
+	take("acme")
+	take("acme")
+	take("beta")
+	// acme upgrades: twice the burst at twice the rate. Its bucket, half
+	// full, stays half full.
+	if err := tenants.Set("acme", core.TokenBucket(core.PerHour(8), 8)); err != nil {
+		panic(err)
+	}
+	take("acme")
+	// Output:
+	// acme allowed=true limit=4 remaining=3
+	// acme allowed=true limit=4 remaining=2
+	// beta allowed=true limit=2 remaining=1
+	// acme allowed=true limit=8 remaining=3
+}

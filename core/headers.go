@@ -583,10 +583,10 @@ func appendSeconds(dst []byte, n int64) []byte {
 func appendPolicyItem(dst []byte, t *TierState) []byte {
 	dst = appendSFString(dst, t.Rule.Name)
 	dst = append(dst, ";q="...)
-	dst = strconv.AppendInt(dst, sfInt(t.Rule.Limit.Burst()), 10)
+	dst = strconv.AppendInt(dst, sfInt(t.limit().Burst()), 10)
 	// w must be a positive integer (draft section 3.1.3); it is optional,
 	// so a limit without a window (never one a Policy holds) omits it.
-	if w := ceilSeconds(t.Rule.Limit.Window()); w > 0 {
+	if w := ceilSeconds(t.limit().Window()); w > 0 {
 		dst = append(dst, ";w="...)
 		dst = strconv.AppendInt(dst, sfInt(w), 10)
 	}

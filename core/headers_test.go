@@ -21,7 +21,13 @@ const hdrT0Unix = 1767225600
 
 func newHdrLimiter(tb testing.TB, opts []Option, rules ...Rule) *Limiter {
 	tb.Helper()
-	p, err := NewPolicy(rules...)
+	var plans Plans
+	for _, r := range rules {
+		if r.Plan != "" && plans.Default == "" {
+			plans.Default = r.Plan
+		}
+	}
+	p, err := NewPlanPolicy(plans, rules...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -362,7 +368,7 @@ func TestHeadersMultiTierPlans(t *testing.T) {
 	}{
 		{"free", `RateLimit-Policy: "per-user";q=5;w=5, "global";q=1000;w=1`},
 		{"pro", `RateLimit-Policy: "per-user";q=100;w=10, "global";q=1000;w=1`},
-		{"", `RateLimit-Policy: "global";q=1000;w=1`},
+		{"gold", `RateLimit-Policy: "per-user";q=5;w=5, "global";q=1000;w=1`}, // the default plan
 	} {
 		d, now := hdrRun(t, l, hdrStep{0, Request{Plan: tc.plan, User: "u-" + tc.plan}, 1})
 		got := headerLines(f, &d, now)
@@ -906,8 +912,8 @@ func checkResponse(t *testing.T, f *HeaderFormat, d *Decision, tiers []TierState
 			checkItemName(t, "RateLimit-Policy", it, names[i])
 			q, qok := it.intParam("q")
 			w, wok := it.intParam("w")
-			if !qok || q != sfInt(tiers[i].Rule.Limit.Burst()) || !wok || w < 1 {
-				t.Errorf("RateLimit-Policy item %d = %+v, want q=%d and w >= 1", i, it, tiers[i].Rule.Limit.Burst())
+			if !qok || q != sfInt(tiers[i].limit().Burst()) || !wok || w < 1 {
+				t.Errorf("RateLimit-Policy item %d = %+v, want q=%d and w >= 1", i, it, tiers[i].limit().Burst())
 			}
 		}
 	}

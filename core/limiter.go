@@ -356,16 +356,36 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	// Separate variables, not a Take: escape analysis treats a struct as a
 	// whole, and now's *time.Location escapes on the interface path.
 	buckets, states, rules := bucketArr[:0], stateArr[:0], ruleArr[:0]
-	for i := range p.rules {
-		r := &p.rules[i]
-		id, ok := r.applies(req)
+	plan, perr := p.plan(req)
+	if perr != nil {
+		return Decision{}, perr
+	}
+	for it := p.candidates(req.Method, req.Route); ; {
+		i, more := it.next()
+		if !more {
+			break
+		}
+		id, ok := p.applies(i, req, plan)
 		if !ok {
 			continue
 		}
+		r := &p.rules[i]
 		if err := CheckKey(id); err != nil {
 			return Decision{}, fmt.Errorf("ratelimit: rule %q: %s identity: %w", r.Name, r.Scope, err)
 		}
-		buckets = append(buckets, Bucket{Rule: r.Name, Key: id, Limit: &r.Limit})
+		lim := &r.Limit
+		if r.Lookup != nil {
+			l, ok, err := r.Lookup.Limit(ctx, id)
+			switch {
+			case err != nil:
+				return Decision{}, fmt.Errorf("ratelimit: rule %q: limit lookup: %w", r.Name, err)
+			case ok && (l == nil || !l.decidable()):
+				return Decision{}, fmt.Errorf("ratelimit: rule %q: limit lookup: %w: the limit of %q was not made by NewLimit", r.Name, ErrInvalidRule, id)
+			case ok:
+				lim = l
+			}
+		}
+		buckets = append(buckets, Bucket{Rule: r.Name, Key: id, Limit: lim})
 		rules = append(rules, r)
 	}
 	var d Decision
@@ -419,7 +439,7 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 			d.At, d.Degraded, d.Err = time.Unix(0, l.fallback.take(&t)), true, err
 		}
 	}
-	d.fill(states, rules)
+	d.fill(states, rules, buckets)
 	l.observe(ctx, req, &d)
 	return d, nil
 }
@@ -515,7 +535,7 @@ func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request
 		t := Take{Now: now, Cost: n, Buckets: badB, States: badS}
 		d.At = time.Unix(0, l.fallback.take(&t))
 		if !allAllowed(badS) {
-			d.fill(badS, badR)
+			d.fill(badS, badR, badB)
 			l.observe(ctx, req, &d)
 			return d, nil
 		}
@@ -536,7 +556,7 @@ func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request
 		d.At = at
 	}
 	if l.failure == FailOpen {
-		d.fill(okS, okR)
+		d.fill(okS, okR, okB)
 	} else {
 		// Back in policy order.
 		for i, j, k := 0, 0, 0; i < len(buckets); i++ {
@@ -546,7 +566,7 @@ func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request
 				states[i], k = okS[k], k+1
 			}
 		}
-		d.fill(states, rules)
+		d.fill(states, rules, buckets)
 	}
 	l.observe(ctx, req, &d)
 	return d, nil
@@ -625,8 +645,18 @@ func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {
 // TierState is one tier's answer to a request. The zero value has a nil
 // Rule.
 type TierState struct {
-	Rule *Rule // the rule; read only
+	Rule  *Rule  // the rule; read only
+	Limit *Limit // the limit applied: the rule's, or the identity's from its Lookup; read only
 	BucketState
+}
+
+// limit returns t.Limit, or its rule's Limit for a TierState made without
+// one.
+func (t *TierState) limit() *Limit {
+	if t.Limit != nil {
+		return t.Limit
+	}
+	return &t.Rule.Limit
 }
 
 // inlineTiers is how many tier states a Decision holds without allocating.
@@ -694,7 +724,7 @@ func (d *Decision) Tier() (TierState, bool) {
 	return TierState{}, false
 }
 
-func (d *Decision) fill(states []BucketState, rules []*Rule) {
+func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket) {
 	n := len(states)
 	if n > inlineTiers {
 		d.more = make([]TierState, n)
@@ -706,7 +736,7 @@ func (d *Decision) fill(states []BucketState, rules []*Rule) {
 	}
 	for i := range states {
 		st := &states[i]
-		ts := TierState{Rule: rules[i], BucketState: *st}
+		ts := TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st}
 		if d.more != nil {
 			d.more[i] = ts
 		} else {
@@ -724,7 +754,7 @@ func (d *Decision) fill(states []BucketState, rules []*Rule) {
 	r := rules[best]
 	d.Allowed = allowed
 	d.Reason = b.Reason
-	d.Limit = r.Limit.burst
+	d.Limit = buckets[best].Limit.burst
 	d.Remaining = b.Remaining
 	d.ResetAfter = b.ResetAfter
 	d.RetryAfter = b.RetryAfter

@@ -13,10 +13,12 @@ import (
 
 // The fuzz targets below drive the bucket math with numbers from across the
 // valid range (rates from 1e-6/s to 1e9/s, bursts up to 1e12 and window limits
-// up to MaxCost, times from 1970 to MaxTime) and sequences of requests whose
-// time steps go forwards, backwards and exactly to the instants a RetryAfter
-// names. Each decision must keep the invariants of DESIGN.md section 3, not
-// merely not panic: see mfCheckDecision.
+// up to MaxCost, spans up to MaxSpan at both resolutions, times from 1970 to
+// MaxTime) and sequences of requests whose time steps go forwards, backwards
+// and exactly to the instants a RetryAfter names. Each decision must keep the
+// invariants of DESIGN.md section 3, not merely not panic: see
+// mfCheckDecision. FuzzLimitChange (rescale_test.go) does the same for a
+// bucket whose limit changes.
 //
 // Run one for a while with, for example:
 //
@@ -99,20 +101,36 @@ var mfSeedOps = mfOps(
 // mfRun decides the ops against l, which must be valid, from time start,
 // checking every decision.
 func mfRun(t *testing.T, l *Limit, start int64, ops []byte) {
-	span := mfSpan(l)
-	unit := max(int64(l.interval), int64(time.Millisecond))
-	if !l.isBucket() {
-		unit = int64(l.window)
-	}
+	mfRunLimits(t, []*Limit{l}, nil, start, ops)
+}
+
+// mfRunLimits is mfRun over several limits of one algorithm, which take
+// turns on one state as a changing rule's limits would: each op's pick
+// selects the limit that decides it (always the first when pick is nil).
+func mfRunLimits(t *testing.T, ls []*Limit, pick []byte, start int64, ops []byte) {
 	var (
 		s       State
 		now     = mfMod(start, mfMaxTime+1)
 		hw      = int64(-1) // the latest time anything was committed
 		retryAt = int64(-1) // the last denial's now+RetryAfter
+		bound   int64       // the longest span of the limits
+		most    int64       // the largest burst of the limits
 	)
+	for _, l := range ls {
+		bound, most = max(bound, mfSpan(l)), max(most, l.burst)
+	}
 	for n := 0; len(ops) >= 10 && n < 64; n++ {
 		op := mfOp{ops[0], ops[1], int64(binary.LittleEndian.Uint64(ops[2:10]))}
 		ops = ops[10:]
+		l := ls[0]
+		if n < len(pick) {
+			l = ls[int(pick[n])%len(ls)]
+		}
+		span := mfSpan(l)
+		unit := max(int64(l.interval), int64(time.Millisecond))
+		if !l.isBucket() {
+			unit = int64(l.window)
+		}
 		switch op.kind % 8 {
 		case stepSmall:
 			now = mfAdd(now, mfMod(op.v, span/4+1))
@@ -152,14 +170,14 @@ func mfRun(t *testing.T, l *Limit, start int64, ops []byte) {
 		if !mfEqual(s, before) {
 			t.Fatalf("Decide(now %d, cost %d) changed its input state: %+v, was %+v", now, cost, s, before)
 		}
-		mfCheckDecision(t, l, &s, now, cost, st, next, hw, mfMod(op.v, span)+1)
-		if st.Reason == ReasonLimited && now <= mfMaxTime-int64(st.RetryAfter) {
-			retryAt = now + int64(st.RetryAfter)
+		mfCheckDecision(t, l, &s, now, cost, st, next, hw, mfMod(op.v, span)+1, bound)
+		if base := l.at(now); st.Reason == ReasonLimited && base <= mfMaxTime-int64(st.RetryAfter) {
+			retryAt = base + int64(st.RetryAfter)
 		}
 		if st.Allowed && cost > 0 {
 			l.Commit(&s, next, cost)
 			hw = max(hw, now)
-			mfCheckState(t, l, &s, hw)
+			mfCheckState(t, l, &s, hw, most)
 			// The answer's Remaining is the balance a read then sees.
 			if rd, _ := l.Decide(&s, now, 0); rd.Remaining != st.Remaining {
 				t.Fatalf("Decide(now %d, cost %d) = %+v, but reading right after gives Remaining %d", now, cost, st, rd.Remaining)
@@ -173,7 +191,7 @@ func mfRun(t *testing.T, l *Limit, start int64, ops []byte) {
 func mfSpan(l *Limit) int64 {
 	switch l.alg {
 	case AlgTokenBucket, AlgShaping:
-		return l.tau + int64(l.maxWait)
+		return l.tau + l.wait
 	case AlgSlidingWindow:
 		return 2 * int64(l.window)
 	}
@@ -186,13 +204,14 @@ func mfClone(s State) State {
 }
 
 func mfEqual(a, b State) bool {
-	return a.A == b.A && a.B == b.B && a.C == b.C && slices.Equal(a.Log, b.Log)
+	return a.A == b.A && a.B == b.B && a.C == b.C && a.Span == b.Span && slices.Equal(a.Log, b.Log)
 }
 
 // mfCheckDecision checks one decision st, next = l.Decide(s, now, cost), with
-// hw the latest time anything was committed (-1: never) and d > 0 a time
-// offset to read at.
-func mfCheckDecision(t *testing.T, l *Limit, s *State, now, cost int64, st BucketState, next State, hw, d int64) {
+// hw the latest time anything was committed (-1: never), d > 0 a time
+// offset to read at, and bound the longest span (mfSpan) of the limits that
+// may have written s.
+func mfCheckDecision(t *testing.T, l *Limit, s *State, now, cost int64, st BucketState, next State, hw, d, bound int64) {
 	t.Helper()
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -231,21 +250,40 @@ func mfCheckDecision(t *testing.T, l *Limit, s *State, now, cost int64, st Bucke
 			fail("a read or a denial's next %+v is not the input's log less what has left the window", next)
 		}
 	}
-	// ResetAfter: at most one span after the latest commit.
-	limit := mfSpan(l) + max(hw-now, 0)
+	// Durations count from the instant l decides at: now, or at
+	// microsecond resolution now truncated to the microsecond.
+	res := l.Resolution() // whatever limit wrote s
+	base := now - now%int64(res)
+	for _, d := range []time.Duration{st.ResetAfter, st.RetryAfter, st.Delay} {
+		// Beyond 2^53ns a bucket's durations are rounded up to a double.
+		if d%l.Resolution() != 0 && (d <= 1<<53 || !l.isBucket()) {
+			fail("%v is not a whole %v", d, l.Resolution())
+		}
+	}
+
+	// ResetAfter: at most one span (bound, the longest of the limits that
+	// wrote s) after the latest commit.
+	limit := upDouble(bound + max(hw-base, 0) + int64(res) - 1) // a TAT rounded up to res
 	if st.ResetAfter < 0 || int64(st.ResetAfter) > limit {
 		fail("ResetAfter outside [0, %v]", time.Duration(limit))
 	}
 
 	// RetryAfter is exact: the same cost passes at now+RetryAfter and not
-	// 1ns before. Beyond MaxTime no decision is made, so nothing to check.
-	if st.Reason == ReasonLimited && now <= mfMaxTime-int64(st.RetryAfter) {
-		at := now + int64(st.RetryAfter)
+	// 1ns before (at microsecond resolution: from the instant it decides
+	// at). Beyond MaxTime no decision is made, so nothing to check.
+	if st.Reason == ReasonLimited && base <= mfMaxTime-int64(st.RetryAfter) {
+		at := base + int64(st.RetryAfter)
 		if got, _ := l.Decide(s, at, cost); !got.Allowed {
 			fail("at now+RetryAfter (%d) still %+v: RetryAfter is too short", at, got)
 		}
-		if got, _ := l.Decide(s, at-1, cost); got.Allowed {
-			fail("already allowed at now+RetryAfter-1ns (%d): RetryAfter is too long", at-1)
+		// Beyond 2^53ns a token bucket's RetryAfter is rounded up to the
+		// next double (see upDouble): the wait lies after the double below.
+		before := at - 1
+		if r := int64(st.RetryAfter); r > 1<<53 && l.isBucket() {
+			before = base + int64(math.Nextafter(float64(r), 0))
+		}
+		if got, _ := l.Decide(s, before, cost); got.Allowed {
+			fail("already allowed at %d, before now+RetryAfter: RetryAfter is too long", before)
 		}
 	}
 
@@ -265,22 +303,30 @@ func mfCheckDecision(t *testing.T, l *Limit, s *State, now, cost int64, st Bucke
 }
 
 // mfCheckState checks that a committed state is in range: nothing
-// overflowed and nothing lies further ahead than the math can put it.
-func mfCheckState(t *testing.T, l *Limit, s *State, hw int64) {
+// overflowed and nothing lies further ahead than the math can put it. most
+// is the largest burst of the limits that may have written s before l.
+func mfCheckState(t *testing.T, l *Limit, s *State, hw, most int64) {
 	t.Helper()
 	w := int64(l.window)
 	bad := ""
 	switch l.alg {
 	case AlgTokenBucket, AlgShaping:
-		if s.A < 0 || s.A > hw+l.tau+int64(l.maxWait) {
+		switch {
+		case s.A < 0 || s.A > hw+l.tau+l.wait:
 			bad = "TAT outside [0, latest commit + fill time + MaxWait]"
+		case s.Span != l.tau:
+			bad = "the fill time recorded is not the limit's"
+		case l.long && s.A%1000 != 0:
+			bad = "a TAT at microsecond resolution that is not a whole microsecond"
 		}
 	case AlgFixedWindow, AlgSlidingWindow:
 		switch {
 		case s.A < 0 || s.A > hw || s.A%w != 0:
 			bad = "window start not an epoch-aligned window at or before the latest commit"
-		case s.B < 1 || s.B > l.burst || s.C < 0 || s.C > l.burst:
+		case s.B < 1 || s.B > l.burst || s.C < 0 || s.C > most:
 			bad = "counts outside [0, limit]"
+		case s.Span != w:
+			bad = "the window recorded is not the limit's"
 		}
 	case AlgSlidingLog:
 		var sum int64
@@ -292,11 +338,16 @@ func mfCheckState(t *testing.T, l *Limit, s *State, hw int64) {
 				bad = "entries out of order"
 			case e.At > hw:
 				bad = "an entry after the latest commit"
+			case l.long && e.At%1000 != 0:
+				bad = "an entry at microsecond resolution that is not a whole microsecond"
 			}
 			sum += e.Cost
 		}
 		if sum != s.B || sum > l.burst {
 			bad += " sum of the entries differs from B or exceeds the limit"
+		}
+		if s.Span != w {
+			bad += " the window recorded is not the limit's"
 		}
 	}
 	if bad != "" {
@@ -369,6 +420,15 @@ func fuzzBucket(f *testing.F, shaping bool) {
 	f.Add(uint8(2), int64(0), int64(0), int64(1e12), int64(0), int64(1e18), mfSeedOps)
 	f.Add(uint8(2), int64(1_000_000), int64(0), int64(1e12), int64(42), int64(1767225600e9), mfSeedOps)
 	f.Add(uint8(0), int64(3), int64(time.Second), int64(5), int64(100*time.Millisecond), int64(1767225600e9), []byte{})
+	// Longer than 100 days: microsecond resolution.
+	f.Add(uint8(1), int64(150*24*time.Hour+7), int64(0), int64(2), int64(20*24*time.Hour+1234), int64(1767225600e9+999), mfSeedOps)
+	f.Add(uint8(0), int64(3), int64(1000), int64(26e12), int64(0), int64(1767225600e9+1), mfSeedOps)
+	// Found by fuzzing: time stepping back by hundreds of days (a debt
+	// beyond 2^53ns and 2^56ns), and a long limit's durations beyond 2^56ns.
+	f.Add(uint8(2), int64(0), int64(-74), int64(1e12), int64(0), int64(1e18), []byte("0200000000C10000000A"))
+	f.Add(uint8('H'), int64(2), int64(1e9), int64(-44), int64(5e8), int64(1767225600e9), []byte("0100000000C0\x00C21171A1000001700C0070101200"))
+	f.Add(uint8('a'), int64(12959999999999953), int64(0), int64(-88), int64(1728000000001330), int64(1767225600000000986), []byte("0100000000010000000011000000010100000000$100000000700000000\xa50"))
+	f.Add(uint8('a'), int64(12960000000000007), int64(0), int64(-88), int64(1728000000001234), int64(1767225600000000986), []byte("00000000000000000000000000000001000000000200000000C1000000\xf07"))
 	f.Fuzz(func(t *testing.T, mode uint8, a, b, burst, wait, start int64, ops []byte) {
 		rate := mfRate(t, mode, a, b)
 		interval := mfInterval(rate)
@@ -385,16 +445,27 @@ func fuzzBucket(f *testing.F, shaping bool) {
 		}
 		burst = 1 + mfMod(burst, most)
 		lim := TokenBucket(rate, burst)
+		var kind uint8
 		if shaping {
 			room := int64(MaxSpan) - burst*interval
 			if room < 1 {
 				return // no MaxWait fits beside this fill time
 			}
-			lim = Shaping(rate, burst, time.Duration(1+mfMod(wait, room)))
+			wait = 1 + mfMod(wait, room)
+			lim, kind = Shaping(rate, burst, time.Duration(wait)), 1
 		}
+		// Within MaxSpan at nanosecond resolution; at microsecond resolution
+		// (longer than 100 days) the rounded interval may not fit.
+		faults := mfFaults(kind, rate, burst, 0, wait)
 		l := mfValid(t, lim)
 		if l == nil {
-			t.Fatalf("NewPolicy rejected %v, whose fill time and wait are within MaxSpan", lim)
+			if len(faults) == 0 {
+				t.Fatalf("NewPolicy rejected %v, whose fill time and wait are within MaxSpan", lim)
+			}
+			return
+		}
+		if len(faults) > 0 {
+			t.Fatalf("NewPolicy accepted %v, want one of %v", lim, faults)
 		}
 		mfRun(t, l, start, ops)
 	})
@@ -413,6 +484,8 @@ func fuzzWindow(f *testing.F, mk func(int64, time.Duration) Limit, seedOps []byt
 	f.Add(int64(10), int64(12999), int64(1767225600e9), seedOps)
 	f.Add(int64(7), int64(0), int64(0), seedOps)
 	f.Add(int64(MaxCost-1), int64(MaxSpan/time.Millisecond-1), mfMaxTime, seedOps)
+	f.Add(int64(5), int64(100*24*time.Hour/time.Millisecond), int64(1767225600e9+123456789), seedOps)
+	f.Add(int64(5), int64(150*24*time.Hour/time.Millisecond+6), int64(1767225600e9+123456789), seedOps)
 	f.Add(int64(1e12), int64(59999), mfMaxTime-1, seedOps)
 	f.Fuzz(func(t *testing.T, limit, windowMs, start int64, ops []byte) {
 		limit = 1 + mfMod(limit, MaxCost)
@@ -451,6 +524,18 @@ func FuzzNewPolicy(f *testing.F) {
 	f.Add(uint8(1), int64(1), int64(day), int64(99), int64(day))
 	f.Add(uint8(1), int64(1), int64(day), int64(99), int64(day+1))
 	f.Add(uint8(1), int64(2), int64(time.Second), int64(4), int64(0))
+	// At 400 days, and beyond 100 days at microsecond resolution: an
+	// interval of 334ns rounds up to 1µs, which then may or may not fit.
+	f.Add(uint8(0), int64(1), int64(day), int64(400), int64(0))
+	f.Add(uint8(0), int64(1), int64(day), int64(401), int64(0))
+	f.Add(uint8(1), int64(1), int64(day), int64(399), int64(day))
+	f.Add(uint8(1), int64(1), int64(day), int64(399), int64(day+1))
+	f.Add(uint8(1), int64(1), int64(day), int64(50), int64(50*day+999))
+	f.Add(uint8(1), int64(1), int64(day), int64(50), int64(50*day+1))
+	f.Add(uint8(0), int64(3), int64(300*day+1), int64(3), int64(0))
+	f.Add(uint8(0), int64(3), int64(1000), int64(26e12), int64(0))
+	f.Add(uint8(0), int64(3), int64(1000), int64(1e14), int64(0))
+	f.Add(uint8(2), int64(0), int64(100*day+1e6), int64(7), int64(0))
 	f.Add(uint8(2), int64(0), int64(time.Minute), int64(100), int64(0))
 	f.Add(uint8(3), int64(0), int64(time.Second+time.Microsecond), int64(10), int64(0))
 	f.Add(uint8(4), int64(0), int64(MaxSpan), int64(MaxCost), int64(0))
@@ -500,16 +585,22 @@ func FuzzNewPolicy(f *testing.F) {
 			t.Fatalf("NewPolicy changed %v into %v", lim, l)
 		}
 		if l.isBucket() {
-			iv := mfInterval(rate)
+			if kind == 0 {
+				wait = 0
+			}
+			iv, wantWait, long := mfBucket(rate, burst, wait)
 			if int64(l.Interval()) != iv || int64(l.Window()) != iv*burst || l.Rate() != rate {
 				t.Fatalf("%v: Interval %v, Window %v, want %v (Per/N rounded up) and %v (burst of them)",
 					l, l.Interval(), l.Window(), time.Duration(iv), time.Duration(iv*burst))
 			}
-			if wantWait := time.Duration(wait); kind == 1 && l.MaxWait() != wantWait {
-				t.Fatalf("%v: MaxWait %v, want %v", l, l.MaxWait(), wantWait)
+			if kind == 1 && l.MaxWait() != time.Duration(wantWait) {
+				t.Fatalf("%v: MaxWait %v, want %v", l, l.MaxWait(), time.Duration(wantWait))
 			}
-		} else if l.Window() != time.Duration(per) || l.Interval() != 0 {
-			t.Fatalf("%v: Window %v, Interval %v, want %v and 0", l, l.Window(), l.Interval(), time.Duration(per))
+			if want := mfResolution(long); l.Resolution() != want {
+				t.Fatalf("%v: Resolution %v, want %v", l, l.Resolution(), want)
+			}
+		} else if l.Window() != time.Duration(per) || l.Interval() != 0 || l.Resolution() != mfResolution(per > int64(100*24*time.Hour)) {
+			t.Fatalf("%v: Window %v, Interval %v, Resolution %v, want %v, 0 and %v", l, l.Window(), l.Interval(), l.Resolution(), time.Duration(per), mfResolution(per > int64(100*24*time.Hour)))
 		}
 	})
 }
@@ -538,18 +629,52 @@ func mfFaults(kind uint8, rate Rate, burst, per, wait int64) []error {
 	if len(faults) > 0 {
 		return faults
 	}
-	tau := new(big.Int).Mul(big.NewInt(iv), big.NewInt(burst))
-	span := big.NewInt(int64(MaxSpan))
-	if tau.Cmp(span) > 0 {
-		return append(faults, ErrInvalidBurst)
+	if kind == 0 {
+		wait = 0
 	}
-	if kind == 1 {
-		total := new(big.Int).Add(tau, big.NewInt(wait))
-		if wait <= 0 || total.Cmp(span) > 0 {
-			faults = append(faults, ErrInvalidWindow)
+	check := func(iv, wait int64) []error {
+		tau := new(big.Int).Mul(big.NewInt(iv), big.NewInt(burst))
+		span := big.NewInt(int64(MaxSpan))
+		if tau.Cmp(span) > 0 {
+			return []error{ErrInvalidBurst}
 		}
+		if kind == 1 {
+			total := new(big.Int).Add(tau, big.NewInt(wait))
+			if wait <= 0 || total.Cmp(span) > 0 {
+				return []error{ErrInvalidWindow}
+			}
+		}
+		return nil
 	}
-	return faults
+	if f := check(iv, wait); f != nil {
+		return f
+	}
+	// Longer than 100 days: the interval rounded up to the microsecond and
+	// the wait down must still fit.
+	if iv*burst+wait > int64(100*24*time.Hour) {
+		return check((iv+999)/1000*1000, wait/1000*1000)
+	}
+	return nil
+}
+
+// mfBucket restates what NewPolicy derives for a valid token bucket (wait
+// 0) or shaping limit: the interval between tokens, the max wait and
+// whether the limit is longer than 100 days, at microsecond resolution.
+func mfBucket(rate Rate, burst, wait int64) (iv, w int64, long bool) {
+	iv, w = mfInterval(rate), wait
+	if iv*burst+wait > int64(100*24*time.Hour) {
+		return (iv + 999) / 1000 * 1000, wait / 1000 * 1000, true
+	}
+	return iv, w, false
+}
+
+// mfResolution is the resolution of a limit that is longer than 100 days
+// or not.
+func mfResolution(long bool) time.Duration {
+	if long {
+		return time.Microsecond
+	}
+	return time.Nanosecond
 }
 
 // FuzzRateFromFloat checks that RateFromFloat rejects what is not a rate

@@ -28,10 +28,12 @@ import (
 // decision on several buckets locks their shards, in order, then the
 // buckets. Deciding on existing buckets allocates nothing.
 //
-// A bucket whose state is equivalent to a new one (a full token bucket, an
-// empty window) has expired: it is dropped as the store goes, a few slots of
-// a shard at each insertion, and all at once by Reclaim, one shard at a
-// time. Nothing ever locks the whole store. Decisions with explicit times
+// A bucket keeps its state whatever limit a later take carries for it (see
+// Limit for what a changed limit does with it). A bucket whose state is
+// equivalent to a new one under any limit (a full token bucket, a window
+// that has passed) has expired: it is dropped as the store goes, a few
+// slots of a shard at each insertion, and all at once by Reclaim, one shard
+// at a time. Nothing ever locks the whole store. Decisions with explicit times
 // that can step back should keep expired buckets a while (WithReclaimDelay).
 //
 // The store holds at most WithMaxKeys buckets (rounded up to a multiple of
@@ -364,15 +366,19 @@ func (e *entry) decide(l *Limit, now, cost int64) BucketState {
 }
 
 // decideBucket is decide for a token bucket or shaping limit, whose state is
-// one int64, without the division for Remaining: it returns the span
-// Remaining counts intervals of (see Limit.gcraSpan). The caller holds e.mu.
+// a TAT and the fill time it was written under, without the division for
+// Remaining: it returns the span Remaining counts intervals of (see
+// Limit.gcraSpan). The caller holds e.mu.
 func (e *entry) decideBucket(l *Limit, now, cost int64) (BucketState, int64) {
 	if e.alg != l.alg && e.alg != 0 {
 		e.st, e.alg, e.expires = State{Log: e.st.Log[:0]}, 0, 0
 	}
-	st, left, tat := l.gcraSpan(e.st.A, now, cost)
-	if tat != e.st.A {
-		e.alg, e.st.A, e.expires = l.alg, tat, tat
+	st, left, tat := l.gcraSpan(e.st.A, e.st.Span, now, cost)
+	if st.Allowed && cost > 0 {
+		// Full again at the TAT, under this limit and (rounded up to the
+		// microsecond) under any other that may read it later: see
+		// Limit.ExpiresAt.
+		e.alg, e.st.A, e.st.Span, e.expires = l.alg, tat, l.tau, ceilMicro(tat)
 	}
 	return st, left
 }
@@ -558,7 +564,9 @@ func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
 		if e == nil || e == tombstone || !e.mu.TryLock() {
 			continue
 		}
-		if e.expires+s.delay <= now {
+		// now - delay, not expires + delay: a sliding window expires up to
+		// two MaxSpan after MaxTime, at the very end of int64.
+		if e.expires <= now-s.delay {
 			sh.drop(tab, i, e)
 			s.reclaimed.Add(1)
 		}

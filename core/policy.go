@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -64,8 +65,25 @@ type Rule struct {
 	// Limit is the algorithm with its numbers.
 	Limit Limit
 	// Plan restricts the rule to requests of that plan ("free", "pro", ...).
-	// Empty: every plan.
+	// Empty: every plan. A request whose plan no rule names gets the
+	// policy's default plan (see Plans).
 	Plan string
+	// Routes restricts the rule to requests to these routes: each is a
+	// route selector ("GET /search", "/search", "POST", a gRPC method; see
+	// ParseRoute and the route form documented there). Empty: every route.
+	// A middleware installed once at the router level thus applies a
+	// stricter tier to one route, decided together with the others.
+	Routes []string
+	// When, if not nil, restricts the rule further to the requests it
+	// returns true for: a predicate on the request, whose View is the
+	// middleware's request view (see flow.When). It is called on every
+	// decision the rule could apply to, concurrently, and must not keep
+	// or modify the request.
+	When func(*Request) bool
+	// Lookup, if not nil, gives the rule a limit per identity (a tenant's,
+	// an API key's): Limit is then the fallback for identities the lookup
+	// has none for. See Lookup and LimitTable.
+	Lookup Lookup
 	// Disabled rules are kept in the policy but never applied.
 	Disabled bool
 }
@@ -103,20 +121,61 @@ func validName(s string) bool {
 	return true
 }
 
-// Policy is a validated, immutable set of rules. Make one with NewPolicy. It
-// is safe for concurrent use. The zero value has no rules, like NewPolicy()
-// with no arguments, and allows every request.
+// Policy is a validated, immutable set of rules. Make one with NewPolicy or
+// NewPlanPolicy. It is safe for concurrent use. The zero value has no
+// rules, like NewPolicy() with no arguments, and allows every request.
 type Policy struct {
-	rules []Rule // validated copies, derived limit fields filled in
+	rules  []Rule            // validated copies, derived limit fields filled in
+	routes [][]RouteSelector // rules[i]'s parsed Routes
+	plans  Plans
+	known  []string // the plans the rules name, sorted
+
+	// Which rules can apply to a request, by route: every rule is in
+	// always (no Routes), or in byRoute under each route it selects, or in
+	// byMethod under each method it selects with a method-only selector.
+	// Each list is ascending and without repeats.
+	always   []int
+	byRoute  map[string][]int
+	byMethod map[string][]int
+}
+
+// Plans says which plan a request whose plan is empty or unknown gets. The
+// known plans are those the policy's rules name. The zero value, for a
+// policy whose rules name no plan, applies the rules for every plan to
+// every request.
+type Plans struct {
+	// Default is the plan of a request whose plan is empty or names no
+	// rule's plan ("Pro" where the rules say "pro", "enterprise" where no
+	// rule does). It must be a plan some rule names. Empty: none, which
+	// RejectUnknown must then be set for, if any rule has a plan.
+	Default string
+	// RejectUnknown makes a request whose plan is not empty and names no
+	// rule's plan an error (wrapping ErrUnknownPlan, a key error: the
+	// middleware answers 400 through its error handler), instead of giving
+	// it Default. Without Default, a request with an empty plan is such an
+	// error too.
+	RejectUnknown bool
 }
 
 // NewPolicy validates rules and returns a policy. Every problem is reported
 // as a *RuleError naming the rule: a missing or malformed name, an unknown
-// scope, an invalid rate, burst, window or wait, or two rules with the same
-// name whose plans overlap (the same plan, or one of them for every plan).
-// A policy with no rules is valid and allows everything.
+// scope, an invalid rate, burst, window or wait, a malformed route
+// selector, or two rules with the same name whose plans overlap (the same
+// plan, or one of them for every plan). A policy with no rules is valid
+// and allows everything. Rules with a Plan need NewPlanPolicy, which says
+// what requests of no plan or an unknown one get; NewPolicy refuses them
+// with an error wrapping ErrInvalidPlan, for such requests would silently
+// skip every plan tier.
 func NewPolicy(rules ...Rule) (*Policy, error) {
-	p := &Policy{rules: make([]Rule, len(rules))}
+	return NewPlanPolicy(Plans{}, rules...)
+}
+
+// NewPlanPolicy is NewPolicy with plans: a request whose plan is empty or
+// unknown gets plans.Default, or is an error (plans.RejectUnknown). It
+// fails with an error wrapping ErrInvalidPlan when rules name plans and
+// plans sets neither, or when plans.Default is not a plan the rules name.
+func NewPlanPolicy(plans Plans, rules ...Rule) (*Policy, error) {
+	p := &Policy{rules: make([]Rule, len(rules)), routes: make([][]RouteSelector, len(rules)), plans: plans}
 	seen := make(map[string][]string) // name -> plans
 	for i, r := range rules {
 		label := r.Name
@@ -141,10 +200,157 @@ func NewPolicy(rules ...Rule) (*Policy, error) {
 				return fail(fmt.Errorf("%w: name already used for plan %q; a name may repeat only on distinct plans", ErrDuplicateRule, plan))
 			}
 		}
+		if r.Lookup != nil && isNil(r.Lookup) {
+			// It would panic on the first request: refuse it now.
+			return fail(fmt.Errorf("%w: Lookup is a nil %T", ErrInvalidRule, r.Lookup))
+		}
+		for _, rt := range r.Routes {
+			sel, err := ParseRoute(rt)
+			if err != nil {
+				return fail(fmt.Errorf("Routes: %w", err))
+			}
+			p.routes[i] = append(p.routes[i], sel)
+		}
+		if r.Routes != nil && len(r.Routes) == 0 {
+			// An empty, non-nil list is every route, like nil.
+			r.Routes = nil
+		}
+		r.Routes = slices.Clone(r.Routes)
 		seen[r.Name] = append(seen[r.Name], r.Plan)
 		p.rules[i] = r
+		if r.Plan != "" && !slices.Contains(p.known, r.Plan) {
+			p.known = append(p.known, r.Plan)
+		}
 	}
+	slices.Sort(p.known)
+	if err := p.checkPlans(); err != nil {
+		return nil, err
+	}
+	p.index()
 	return p, nil
+}
+
+// checkPlans checks p.plans against the plans the rules name.
+func (p *Policy) checkPlans() error {
+	switch {
+	case p.plans.Default != "" && !slices.Contains(p.known, p.plans.Default):
+		return fmt.Errorf("%w: Plans.Default %q is not a plan of any rule (the rules name %q)", ErrInvalidPlan, p.plans.Default, p.known)
+	case len(p.known) > 0 && p.plans.Default == "" && !p.plans.RejectUnknown:
+		return fmt.Errorf("%w: the rules name plans %q, so requests of no plan or another plan need Plans.Default (or Plans.RejectUnknown): use NewPlanPolicy", ErrInvalidPlan, p.known)
+	}
+	return nil
+}
+
+// index fills always, byRoute and byMethod.
+func (p *Policy) index() {
+	add := func(m *map[string][]int, k string, i int) {
+		if *m == nil {
+			*m = map[string][]int{}
+		}
+		if l := (*m)[k]; len(l) == 0 || l[len(l)-1] != i {
+			(*m)[k] = append(l, i)
+		}
+	}
+	for i, sels := range p.routes {
+		if len(sels) == 0 {
+			p.always = append(p.always, i)
+			continue
+		}
+		for _, s := range sels {
+			switch {
+			case s.route != "":
+				add(&p.byRoute, s.route, i)
+			default:
+				add(&p.byMethod, s.method, i)
+				if s.method == "GET" {
+					add(&p.byMethod, "HEAD", i)
+				}
+			}
+		}
+	}
+}
+
+// Plans returns the policy's plans, as given to NewPlanPolicy.
+func (p *Policy) Plans() Plans {
+	if p == nil {
+		return Plans{}
+	}
+	return p.plans
+}
+
+// KnownPlans returns the plans the rules name, sorted.
+func (p *Policy) KnownPlans() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.known)
+}
+
+// plan returns the plan req is decided under, or an error wrapping
+// ErrUnknownPlan.
+func (p *Policy) plan(req *Request) (string, error) {
+	if len(p.known) == 0 {
+		return req.Plan, nil
+	}
+	if req.Plan != "" {
+		for _, k := range p.known {
+			if k == req.Plan {
+				return k, nil
+			}
+		}
+		if p.plans.RejectUnknown {
+			return "", fmt.Errorf("%w: %q (the policy knows %q)", ErrUnknownPlan, req.Plan, p.known)
+		}
+	}
+	if p.plans.Default == "" {
+		return "", fmt.Errorf("%w: the request has no plan and the policy has no default plan", ErrUnknownPlan)
+	}
+	return p.plans.Default, nil
+}
+
+// candidates returns an iterator over the index of every rule that may
+// apply to a request of method to route, in policy order.
+func (p *Policy) candidates(method, route string) ruleIter {
+	if p.byRoute == nil && p.byMethod == nil {
+		return ruleIter{all: len(p.rules)}
+	}
+	return ruleIter{all: -1, a: p.always, b: p.byRoute[route], c: p.byMethod[method]}
+}
+
+// ruleIter merges up to three ascending lists of rule indices, or counts
+// from 0 to all when all >= 0.
+type ruleIter struct {
+	all, i  int
+	a, b, c []int
+}
+
+func (it *ruleIter) next() (int, bool) {
+	if it.all >= 0 {
+		if it.i == it.all {
+			return 0, false
+		}
+		it.i++
+		return it.i - 1, true
+	}
+	i := -1
+	for _, l := range [3][]int{it.a, it.b, it.c} {
+		if len(l) > 0 && (i < 0 || l[0] < i) {
+			i = l[0]
+		}
+	}
+	if i < 0 {
+		return 0, false
+	}
+	if len(it.a) > 0 && it.a[0] == i {
+		it.a = it.a[1:]
+	}
+	if len(it.b) > 0 && it.b[0] == i {
+		it.b = it.b[1:]
+	}
+	if len(it.c) > 0 && it.c[0] == i {
+		it.c = it.c[1:]
+	}
+	return i, true
 }
 
 // Rules returns a copy of the policy's rules, in order; nil for a nil or
@@ -153,7 +359,11 @@ func (p *Policy) Rules() []Rule {
 	if p == nil {
 		return nil
 	}
-	return append([]Rule(nil), p.rules...)
+	rules := append([]Rule(nil), p.rules...)
+	for i := range rules {
+		rules[i].Routes = slices.Clone(rules[i].Routes)
+	}
+	return rules
 }
 
 // Dim is the value of a custom dimension on a request. The zero value names
@@ -166,13 +376,23 @@ type Dim struct {
 // Request carries the identities of one request. An empty identity is
 // absent, and rules on that scope do not apply: an anonymous request skips
 // the per-user rules. Global rules always apply. The zero value is an
-// anonymous request of no plan: only global rules for every plan apply to it.
+// anonymous request of no plan to no route: only global rules that are
+// for every route apply to it, those of the default plan if the policy has
+// plans.
 type Request struct {
 	Plan     string // the caller's plan; rules with another plan do not apply
 	User     string // identity for ScopeUser rules
 	IP       string // identity for ScopeIP rules
 	Endpoint string // identity for ScopeEndpoint rules
 	Dims     []Dim  // identities for Dimension rules; the first of a name counts
+
+	// Method is the HTTP method ("GET"), "" for gRPC, and Route the route
+	// the router matched, as documented at ParseRoute ("/items/{id}", a
+	// gRPC method), "" when none did: they select the rules with Routes.
+	Method, Route string
+	// View is the middleware's view of the request (a keyfuncs.Request),
+	// for Rule.When; nil outside a middleware.
+	View any
 }
 
 // identity returns the request's identity for scope, or "" when absent.
@@ -199,12 +419,36 @@ func (r *Request) identity(s Scope) string {
 // globalKey is the identity of a global rule's one bucket.
 const globalKey = "*"
 
-// applies reports whether rule r applies to req, and the identity its bucket
-// is keyed by.
-func (r *Rule) applies(req *Request) (identity string, ok bool) {
-	if r.Disabled || (r.Plan != "" && r.Plan != req.Plan) {
+// applies reports whether rule i applies to req, of plan plan, and the
+// identity its bucket is keyed by.
+func (p *Policy) applies(i int, req *Request, plan string) (identity string, ok bool) {
+	r := &p.rules[i]
+	if r.Disabled || (r.Plan != "" && r.Plan != plan) {
 		return "", false
 	}
+	if sels := p.routes[i]; len(sels) > 0 {
+		match := false
+		for _, s := range sels {
+			if s.Match(req.Method, req.Route) {
+				match = true
+				break
+			}
+		}
+		if !match {
+			return "", false
+		}
+	}
 	id := req.identity(r.Scope)
-	return id, id != ""
+	if id == "" {
+		return "", false
+	}
+	if r.When != nil {
+		// A copy: the predicate may keep what it is given, and req must
+		// stay on the caller's stack.
+		rc := *req
+		if !r.When(&rc) {
+			return "", false
+		}
+	}
+	return id, true
 }

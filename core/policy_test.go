@@ -22,7 +22,7 @@ func TestNewPolicyRejects(t *testing.T) {
 		{"above 1e9/s", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Rate{N: 2, Per: time.Nanosecond}, 5)}}, ErrInvalidRate, "above 1e9 per second"},
 		{"burst 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 0)}}, ErrInvalidBurst, "burst must be between 1 and 2^50, got 0"},
 		{"burst too large", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), MaxCost+1)}}, ErrInvalidBurst, "burst"},
-		{"fill time too long", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Every(365*24*time.Hour), 100)}}, ErrInvalidBurst, "longer than 100 days"},
+		{"fill time too long", []Rule{{Name: "a", Scope: ScopeUser, Limit: TokenBucket(Every(365*24*time.Hour), 100)}}, ErrInvalidBurst, "longer than 400 days"},
 		{"window 0", []Rule{{Name: "a", Scope: ScopeUser, Limit: FixedWindow(10, 0)}}, ErrInvalidWindow, "window must be > 0"},
 		{"negative window", []Rule{{Name: "a", Scope: ScopeUser, Limit: SlidingWindow(10, -time.Second)}}, ErrInvalidWindow, "window"},
 		{"sub-millisecond window", []Rule{{Name: "a", Scope: ScopeUser, Limit: FixedWindow(10, time.Second+time.Microsecond)}}, ErrInvalidWindow, "whole number of milliseconds"},
@@ -58,7 +58,7 @@ func TestNewPolicyRejects(t *testing.T) {
 
 func TestNewPolicyAccepts(t *testing.T) {
 	ok := TokenBucket(PerSecond(10), 50)
-	p, err := NewPolicy(
+	p, err := NewPlanPolicy(Plans{Default: "free"},
 		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(10), 50), Plan: "free"},
 		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(100), 500), Plan: "pro"},
 		Rule{Name: "per-tenant", Scope: Dimension("tenant"), Limit: ok},
@@ -131,7 +131,11 @@ func TestApplies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.rule.Name, tc.rule.Limit = "r", lim
-			id, ok := tc.rule.applies(&tc.req)
+			p, err := NewPlanPolicy(Plans{RejectUnknown: true}, tc.rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, ok := p.applies(0, &tc.req, tc.req.Plan)
 			if id != tc.id || ok != tc.ok {
 				t.Fatalf("applies = %q, %v; want %q, %v", id, ok, tc.id, tc.ok)
 			}

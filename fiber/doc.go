@@ -13,41 +13,47 @@
 //		fiberlimit "github.com/bucketry/ratelimit/fiber"
 //	)
 //
-// Build the middleware once with New, then install it on each route:
+// Build the middleware once with New, and install it once, app.Use:
 //
 //	policy, err := core.NewPolicy(
 //		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(60), 10)},
 //		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerSecond(100), 200)},
+//		core.Rule{Name: "search", Scope: core.ScopeIP, Routes: []string{"GET /api/search"}, Limit: core.TokenBucket(core.PerMinute(10), 2)},
 //	)
 //	limiter, err := core.NewLimiter(policy)
 //	rl, err := fiberlimit.New(limiter)
 //	app := fiber.New()
-//	app.Get("/items/:id", rl, items)
+//	app.Use(rl)
+//	app.Get("/items/:id", items)
 //	api := app.Group("/api")
-//	api.Get("/users/:id", rl, users) // endpoint "GET /api/users/:id"
+//	api.Get("/search", search) // endpoint "GET /api/search", and the search tier
 //
-// # Per route, or app.Use
+// # Routes under app.Use
 //
-// The endpoint scope is keyed by the method and the template of the route
-// that matched ("GET /items/:id", so that /items/1 and /items/2 share a
-// bucket), read from fiber's c.Route() while the middleware runs. Installed
-// on a route, as above, that is the route. Installed with app.Use(rl),
-// group.Use(rl) or app.Group("/api", rl), the middleware runs in fiber's Use
-// route, before fiber has matched the final one, and c.Route() is the Use
-// route itself ("/" or the group's prefix). The request view then reports
-// no route, so the endpoint tiers do not apply there (it never falls back
-// to the request's path, which would give clients a bucket per path they
-// invent); the ip, user, global and custom tiers do, to every request the
-// Use route sees, including requests that end in fiber's 404. Use per-route
-// installation for endpoint limits; one middleware value may be installed
-// on any number of routes, each keyed by its own template.
+// The route (in the form every adapter shares: "/items/{id}" for
+// "/items/:id", with group and mount prefixes) keys the endpoint scope
+// with the method, so that /items/1 and /items/2 share a bucket, and
+// selects the rules limited to routes (core.Rule.Routes), decided with the
+// others. Installed with app.Use(rl), group.Use(rl) or app.Group("/api",
+// rl), the middleware runs in fiber's Use route, before fiber has matched
+// the final one: it finds that route as fiber does, the first route after
+// the Use route in the stack of the request's method whose path matches
+// (under the app's CaseSensitive and StrictRouting), for routes of plain
+// syntax: static segments, whole-segment parameters and a final "*" or
+// "+". A request that matches no route has none (fiber's 404): the
+// endpoint tiers do not apply to it, and the others do. If a route of
+// another syntax (an optional parameter, a constraint such as ":id<int>",
+// a parameter within a segment) comes first, the route cannot be told,
+// and a request that a route-scoped or endpoint rule could apply to fails
+// with flow.ErrRouteUnknown (500 through the error handler) rather than
+// skip the tier: install the middleware on such a route itself,
+// app.Get("/n/:id<int>", rl, h), where fiber has matched it.
 //
-// fiber's app.Get registers a HEAD route beside the GET one, with the same
-// handlers; a HEAD request is keyed "HEAD /items/:id", a bucket of its own.
-// (net/http's ServeMux serves HEAD from the GET pattern, so there HEAD
-// counts against "GET /items/{id}".) To count both against one bucket, key
-// the endpoint scope with flow.WithKey(core.ScopeEndpoint,
-// keyfuncs.Route()), the template alone.
+// The same middleware installed twice on a request's way (app.Use and a
+// route) charges it once; a second middleware over the same limiter fails
+// it with flow.ErrInstalledTwice. fiber's app.Get registers a HEAD route
+// beside the GET one, with the same handlers; a HEAD request counts
+// against the GET route's endpoint bucket and GET route selectors.
 //
 // # Keys
 //

@@ -106,7 +106,7 @@ type userKey struct{}
 // through a framework-neutral key function, which the net/http, gin and
 // gRPC middleware take as they are.
 func ExampleWithKeyFunc() {
-	policy, err := core.NewPolicy(
+	policy, err := core.NewPlanPolicy(core.Plans{Default: "free"},
 		core.Rule{Name: "free", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerHour(100), 1)},
 		core.Rule{Name: "pro", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerHour(1000), 100)},
 	)

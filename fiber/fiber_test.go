@@ -204,10 +204,12 @@ func appGet(t *testing.T, app *fiber.App, path string, kv ...string) (*http.Resp
 }
 
 // TestUseRoute: installed with app.Use or on a group, the middleware runs
-// in fiber's Use route, before the final route is matched: the route is
-// unknown there, so the endpoint tier does not apply (the per-ip tier
-// does); installed on the route, it does, keyed by the template with the
-// group's prefix.
+// in fiber's Use route, before the final route is matched, and finds the
+// route fiber will reach; installed on the route, it has it. Either way
+// the endpoint tier is keyed by the route with the group's prefix, in the
+// shared form. A route whose syntax the middleware does not match (a
+// constraint) coming first makes the route unknown: the request fails
+// rather than skip the endpoint tier.
 func TestUseRoute(t *testing.T) {
 	rules := []core.Rule{
 		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1)},
@@ -232,13 +234,22 @@ func TestUseRoute(t *testing.T) {
 		endpoint string
 	}{
 		{"route", func(app *fiber.App, mw fiber.Handler) { app.Get("/items/:id", mw, ok) },
-			"/items/1", both, `"GET /items/:id" <nil>`},
+			"/items/1", both, `"GET /items/{id}" <nil>`},
 		{"group route", func(app *fiber.App, mw fiber.Handler) { app.Group("/api").Get("/items/:id", mw, ok) },
-			"/api/items/1", both, `"GET /api/items/:id" <nil>`},
+			"/api/items/1", both, `"GET /api/items/{id}" <nil>`},
 		{"app.Use", func(app *fiber.App, mw fiber.Handler) { app.Use(mw); app.Get("/items/:id", ok) },
-			"/items/1", ipOnly, `"" keyfuncs: tier does not apply`},
+			"/items/1", both, `"GET /items/{id}" <nil>`},
 		{"group with handler", func(app *fiber.App, mw fiber.Handler) { app.Group("/api", mw).Get("/items/:id", ok) },
-			"/api/items/1", ipOnly, `"" keyfuncs: tier does not apply`},
+			"/api/items/1", both, `"GET /api/items/{id}" <nil>`},
+		{"app.Use, first match wins", func(app *fiber.App, mw fiber.Handler) {
+			app.Use(mw)
+			app.Get("/items/new", ok)
+			app.Get("/items/:id", ok)
+		}, "/items/new", both, `"GET /items/new" <nil>`},
+		{"app.Use, wildcard", func(app *fiber.App, mw fiber.Handler) { app.Use(mw); app.Get("/files/*", ok) },
+			"/files/a/b", both, `"GET /files/{*}" <nil>`},
+		{"app.Use, case and trailing slash", func(app *fiber.App, mw fiber.Handler) { app.Use(mw); app.Get("/Items/:id", ok) },
+			"/items/1/", both, `"GET /Items/{id}" <nil>`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			endpoints = nil
@@ -260,6 +271,19 @@ func TestUseRoute(t *testing.T) {
 			}
 		})
 	}
+	t.Run("app.Use, a constraint first", func(t *testing.T) {
+		mw, err := fiberlimit.New(flowtest.Limiter(t, rules...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := fibertest.NewApp()
+		app.Use(mw)
+		app.Get("/n/:id<int>", ok)
+		resp, _ := appGet(t, app, "/n/7")
+		if resp.StatusCode != http.StatusInternalServerError {
+			t.Errorf("GET /n/7 = %d, want 500: the route cannot be told", resp.StatusCode)
+		}
+	})
 	// Under app.Use, a path no route matches still passes the middleware
 	// (and takes a per-ip token) before fiber's 404; it gets no endpoint
 	// bucket.
@@ -326,7 +350,7 @@ func TestRequestView(t *testing.T) {
 				`lower ["a, b" "c" ""]`,
 				`absent []`,
 				`method "PURGE"`,
-				`route "/v/:id"`,
+				`route "/v/{id}"`,
 				`full method ""`,
 				`context from-auth`,
 			}

@@ -2,12 +2,16 @@ package fiberlimit
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/flow"
 )
+
+// usePool holds the views of requests in Use routes.
+var usePool = sync.Pool{New: func() any { return new(useView) }}
 
 // middleware is what the fiber.Handler returned by New runs. It is
 // immutable after New and safe for concurrent use.
@@ -24,10 +28,21 @@ type middleware struct {
 // key function. The returned handler is safe for concurrent use; each run
 // of it on a request takes tokens, so install it once on any one chain.
 //
-// Install it on each route, app.Get("/items/:id", mw, handler), so that
-// the endpoint scope is keyed by the route's template. Under app.Use(mw) or
-// app.Group("/api", mw) it runs before fiber has matched the final route,
-// and only the endpoint tiers do not apply (see the package documentation).
+// Install it once, app.Use(mw): in a Use route it finds the route the
+// request will reach as fiber does (the first route after it in the stack
+// of the request's method whose path matches, under the app's
+// CaseSensitive and StrictRouting), for routes of plain syntax: static
+// segments, whole-segment parameters (":id") and a final "*" or "+". The
+// route, in the shared form ("/items/{id}"), keys the endpoint scope with
+// the method and selects the rules limited to routes (core.Rule.Routes).
+// If a route of another syntax (an optional parameter, a constraint, a
+// parameter within a segment) comes first, the route is unknown, and a
+// request that a route-scoped or endpoint rule could apply to fails with
+// flow.ErrRouteUnknown rather than skipping the tier: install the
+// middleware on such routes themselves, app.Get("/items/:id<int>", mw, h),
+// where fiber has matched the route. The same middleware installed twice
+// on a request's way charges it once; a second middleware over the same
+// limiter fails it with flow.ErrInstalledTwice.
 //
 // For each request it derives the keys, plan and cost, asks the limiter
 // (waiting out a shaping delay, until c.UserContext() ends), and then:
@@ -59,7 +74,23 @@ func New(limiter *core.Limiter, opts ...Option) (fiber.Handler, error) {
 // from request to request, so nothing is allocated beyond the values
 // core.HeaderFormat builds.
 func (m *middleware) handle(c *fiber.Ctx) error {
-	res := m.engine.Check(request{c})
+	mark, _ := c.Locals(flow.MarkName).(*flow.Mark)
+	res, again := m.engine.Seen(mark)
+	if !again {
+		if rt := c.Route(); isUse(rt) {
+			v := usePool.Get().(*useView)
+			v.request = request{c}
+			v.route, v.known = resolve(c, rt)
+			res = m.engine.Check(v)
+			*v = useView{}
+			usePool.Put(v)
+		} else {
+			res = m.engine.Check(request{c})
+		}
+		if res.Outcome == flow.Proceed || res.Outcome == flow.Skipped {
+			c.Locals(flow.MarkName, m.engine.Mark(mark))
+		}
+	}
 	switch res.Outcome {
 	case flow.Proceed:
 		m.engine.Headers(&res, c.Set)

@@ -38,8 +38,8 @@ type ErrorHandler = func(c *fiber.Ctx, err error) error
 // scope takes one key function, given by flow.WithKey or WithKeyFunc.
 // Without either, ScopeIP is keyed by the TCP peer (keyfuncs.ClientIP()
 // trusts no proxy, whatever fiber's EnableTrustedProxyCheck and
-// ProxyHeader say) and ScopeEndpoint by the method and route template
-// ("GET /items/:id", from the route's registered path).
+// ProxyHeader say) and ScopeEndpoint by the method and route ("GET
+// /items/{id}", from the route's registered path in the shared form).
 //
 // fn may return a string that aliases fasthttp's buffers, such as
 // c.Get("X-User") or c.Params("id") without fiber's Immutable setting: the
@@ -63,6 +63,33 @@ func WithKeyFunc(scope core.Scope, fn func(c *fiber.Ctx) (string, error)) Option
 	}
 	return flow.NativeKey(adapter, scope, owned)
 }
+
+// WithPlanFunc sets the plan function to a native one that reads the
+// *fiber.Ctx, such as the plan an authentication middleware stored with
+// c.Locals: fn returns the plan, keyfuncs.ErrNotApplicable for none (the
+// policy's default plan applies), or another error, which goes to the
+// error handler. The plan is copied, as WithKeyFunc copies keys. It
+// replaces flow.WithPlan.
+func WithPlanFunc(fn func(c *fiber.Ctx) (string, error)) Option {
+	var owned func(*fiber.Ctx) (string, error) // nil for a nil fn, which flow refuses
+	if fn != nil {
+		owned = func(c *fiber.Ctx) (string, error) {
+			p, err := fn(c)
+			return strings.Clone(p), err
+		}
+	}
+	return flow.NativePlan(adapter, owned)
+}
+
+// WithCostFunc sets the cost function to a native one that reads the
+// *fiber.Ctx: fn returns the request's cost in tokens, or an error, which
+// goes to the error handler. It replaces flow.WithCost.
+func WithCostFunc(fn func(c *fiber.Ctx) (int64, error)) Option { return flow.NativeCost(adapter, fn) }
+
+// WithSkipFunc sets the skip function to a native one that reads the
+// *fiber.Ctx: a request it returns true for proceeds unlimited, with no
+// header fields. It replaces flow.WithSkip.
+func WithSkipFunc(fn func(c *fiber.Ctx) bool) Option { return flow.NativeSkip(adapter, fn) }
 
 // WithDenyHandler sets the handler that answers a request the limiter
 // denied, in place of the default 429 (or 503, when the store failed and

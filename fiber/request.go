@@ -9,6 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
@@ -26,7 +27,10 @@ import (
 // key functions may return it as a key, which the store keeps.
 type request struct{ c *fiber.Ctx }
 
-var _ keyfuncs.Request = request{}
+var (
+	_ keyfuncs.Request   = request{}
+	_ flow.RouteReporter = (*useView)(nil)
+)
 
 // Context returns c.UserContext(): context.Background() unless a handler
 // before the middleware set one with c.SetUserContext (fiber's timeout
@@ -80,20 +84,39 @@ func isUse(rt *fiber.Route) bool {
 	return useField >= 0 && reflect.ValueOf(rt).Elem().Field(useField).Bool()
 }
 
-// Route returns the template of the fiber route that matched, as
-// registered, with the prefix of its groups and mounts ("/api/items/:id"),
-// or "" when the middleware runs in a Use route (app.Use, group.Use,
-// app.Group with handlers), whose c.Route() is the Use route itself, a
-// prefix such as "/", not the route that fiber matches after it. It is
-// never the request's path: fiber's c.Route() falls back to that, with no
-// handlers, outside any route.
+// Route returns the route of the fiber route that matched, in the shared
+// form ("/api/items/{id}" for "/api/items/:id", with the prefix of its
+// groups and mounts; see flow.ColonRoute), or "" outside any route (fiber's
+// c.Route() then falls back to the request's path, with no handlers). In a
+// Use route the middleware uses useView instead, which finds the route
+// the request will reach.
 func (v request) Route() string {
 	rt := v.c.Route()
 	if len(rt.Handlers) == 0 || isUse(rt) {
 		return ""
 	}
-	return rt.Path
+	return flow.ColonRoute(rt.Path)
 }
+
+// RouteKnown reports true: outside a Use route, fiber has matched the
+// route, or none.
+func (v request) RouteKnown() bool { return true }
+
+// useView is the view of a request in a Use route (app.Use, group.Use),
+// with the route it will reach, found once per request by resolve. The
+// middleware takes one from usePool per such request.
+type useView struct {
+	request
+	route string
+	known bool
+}
+
+// Route returns the route the request will reach, or "" for none or when
+// it cannot be told.
+func (v *useView) Route() string { return v.route }
+
+// RouteKnown reports whether resolve could tell the route.
+func (v *useView) RouteKnown() bool { return v.known }
 
 // FullMethod returns "": this is HTTP.
 func (v request) FullMethod() string { return "" }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/textproto"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
@@ -24,12 +27,30 @@ type Engine struct {
 	limiter *core.Limiter
 	settings
 	bodies sync.Pool // *[]byte, for problem bodies
+	self   *Mark     // the Mark of a request only e has checked
+
+	endpointByRoute bool                      // the endpoint scope is keyed by the default, the route
+	need            atomic.Pointer[routeNeed] // for the policy last seen
+	logOnce         sync.Once                 // the first ErrRouteUnknown is logged
+}
+
+// routeNeed says which rule of policy needs the request's route, if any.
+type routeNeed struct {
+	policy *core.Policy
+	rule   string // "" for none
 }
 
 type scopedFunc struct {
-	scope core.Scope
-	dim   string // the Dimension's name, for custom scopes
-	fn    keyfuncs.Func
+	scope  core.Scope
+	dim    string        // the Dimension's name, for custom scopes
+	fn     keyfuncs.Func // nil: keyed only on the routes of byRoute
+	routes []routeKey    // route-specific key functions, tried first, in order
+}
+
+// routeKey is a key function for the requests a selector picks.
+type routeKey struct {
+	sel core.RouteSelector
+	fn  keyfuncs.Func
 }
 
 // New returns the Engine of the adapter named adapter ("nethttp",
@@ -50,7 +71,7 @@ type scopedFunc struct {
 // The check lasts as long as the Engine is reachable: a middleware that is
 // dropped stops checking once the garbage collector has reclaimed it.
 func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Option) (*Engine, error) {
-	cfg := config{adapter: adapter, settings: settings{onAllow: true}}
+	cfg := config{adapter: adapter, settings: settings{adapter: adapter, onAllow: true}}
 	for _, o := range defaults {
 		o.apply(&cfg)
 	}
@@ -68,6 +89,7 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 		return nil, errors.Join(cfg.errs...)
 	}
 	e := &Engine{limiter: limiter, settings: cfg.settings}
+	e.self = &Mark{engines: []*Engine{e}}
 	seen := map[core.Scope]bool{}
 	for _, k := range e.keys {
 		if seen[k.scope] {
@@ -86,6 +108,22 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 	if !seen[core.ScopeEndpoint] {
 		e.keys = append(e.keys, scopedFunc{scope: core.ScopeEndpoint, fn: keyfuncs.Endpoint()})
 		seen[core.ScopeEndpoint] = true
+		e.endpointByRoute = true
+	}
+	// Route-specific key functions join their scope's entry, or make one
+	// keyed only on their routes.
+	routeOnly := map[core.Scope][]core.RouteSelector{}
+	for _, rk := range cfg.routeKeys {
+		i := slices.IndexFunc(e.keys, func(k scopedFunc) bool { return k.scope == rk.scope })
+		if i < 0 {
+			dim, _ := rk.scope.Dimension()
+			e.keys = append(e.keys, scopedFunc{scope: rk.scope, dim: dim})
+			i = len(e.keys) - 1
+		}
+		e.keys[i].routes = append(e.keys[i].routes, routeKey{sel: rk.sel, fn: rk.fn})
+		if !seen[rk.scope] {
+			routeOnly[rk.scope] = append(routeOnly[rk.scope], rk.sel)
+		}
 	}
 	if e.format == nil {
 		f, err := core.NewHeaderFormat()
@@ -102,7 +140,7 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 	// the policy in force now and on every policy SetPolicy gets later. It
 	// holds the keyed scopes, not e: the limiter outlives the middleware,
 	// and must not keep it alive.
-	remove, err := limiter.AddPolicyCheck(func(p *core.Policy) error { return checkKeys(adapter, seen, p) })
+	remove, err := limiter.AddPolicyCheck(func(p *core.Policy) error { return checkKeys(adapter, seen, routeOnly, p) })
 	if err != nil {
 		return nil, err
 	}
@@ -112,13 +150,30 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 }
 
 // checkKeys returns an error wrapping core.ErrInvalidOption for each
-// enabled rule of p whose scope is not global and not in keyed: its tier
-// would silently never apply, for no request would have its identity.
-func checkKeys(adapter string, keyed map[core.Scope]bool, p *core.Policy) error {
+// enabled rule of p whose scope is not global and not in keyed, unless
+// its scope is keyed on routes only (routeOnly) and the rule is limited to
+// routes those key functions cover: its tier would silently never apply,
+// for no request would have its identity.
+func checkKeys(adapter string, keyed map[core.Scope]bool, routeOnly map[core.Scope][]core.RouteSelector, p *core.Policy) error {
 	var errs []error
 	for _, r := range p.Rules() {
-		if r.Scope != core.ScopeGlobal && !keyed[r.Scope] && !r.Disabled {
+		if r.Scope == core.ScopeGlobal || keyed[r.Scope] || r.Disabled {
+			continue
+		}
+		sels, ok := routeOnly[r.Scope]
+		if !ok {
 			errs = append(errs, fmt.Errorf("%w: %s: rule %q limits scope %q, which has no key function: add flow.WithKey(%q, ...)", core.ErrInvalidOption, adapter, r.Name, r.Scope, r.Scope))
+			continue
+		}
+		if len(r.Routes) == 0 {
+			errs = append(errs, fmt.Errorf("%w: %s: rule %q limits scope %q on every route, but %q is keyed only on routes %v: limit the rule to those routes (Rule.Routes) or add flow.WithKey(%q, ...)", core.ErrInvalidOption, adapter, r.Name, r.Scope, r.Scope, sels, r.Scope))
+			continue
+		}
+		for _, rt := range r.Routes {
+			rs, _ := core.ParseRoute(rt) // valid: NewPolicy parsed it
+			if !slices.ContainsFunc(sels, func(s core.RouteSelector) bool { return s.Covers(rs) }) {
+				errs = append(errs, fmt.Errorf("%w: %s: rule %q limits scope %q on route %q, where %q has no key function (it is keyed on %v)", core.ErrInvalidOption, adapter, r.Name, r.Scope, rt, r.Scope, sels))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -216,9 +271,28 @@ func (e *Engine) Check(r keyfuncs.Request) Result {
 	if e.skip != nil && e.skip(r) {
 		return Result{Outcome: Skipped}
 	}
-	var req core.Request
-	for _, k := range e.keys {
-		v, err := k.fn(r)
+	req := core.Request{Method: r.Method(), Route: r.Route(), View: r}
+	if req.Route == "" {
+		req.Route = r.FullMethod() // gRPC: the method is the route
+	}
+	if rr, ok := r.(RouteReporter); ok && !rr.RouteKnown() {
+		if rule := e.needsRoute(); rule != "" {
+			return e.routeUnknown(rule)
+		}
+	}
+	for i := range e.keys {
+		k := &e.keys[i]
+		fn := k.fn
+		for j := range k.routes {
+			if k.routes[j].sel.Match(req.Method, req.Route) {
+				fn = k.routes[j].fn
+				break
+			}
+		}
+		if fn == nil {
+			continue
+		}
+		v, err := fn(r)
 		if errors.Is(err, keyfuncs.ErrNotApplicable) {
 			continue
 		}
@@ -281,6 +355,63 @@ func (e *Engine) Check(r keyfuncs.Request) Result {
 		}
 	}
 	return Result{Outcome: Proceed, Decision: d}
+}
+
+// needsRoute returns the name of an enabled rule of the policy in force
+// that needs the request's route, or "": one with a route selector, or an
+// endpoint rule when the endpoint is keyed by the route.
+func (e *Engine) needsRoute() string {
+	p := e.limiter.Policy()
+	if n := e.need.Load(); n != nil && n.policy == p {
+		return n.rule
+	}
+	n := &routeNeed{policy: p}
+	for _, r := range p.Rules() {
+		if r.Disabled {
+			continue
+		}
+		if r.Scope == core.ScopeEndpoint && e.endpointByRoute {
+			n.rule = r.Name
+			break
+		}
+		for _, rt := range r.Routes {
+			if sel, _ := core.ParseRoute(rt); sel.Route() != "" {
+				n.rule = r.Name
+				break
+			}
+		}
+		if n.rule != "" {
+			break
+		}
+	}
+	e.need.Store(n)
+	return n.rule
+}
+
+// routeUnknown is the Result of a request whose route is unknown where the
+// middleware runs, when rule needs it.
+func (e *Engine) routeUnknown(rule string) Result {
+	err := fmt.Errorf("%w: %s: rule %q needs the request's route, which the middleware cannot tell where it is installed; %s", ErrRouteUnknown, e.adapter, rule, installHint(e.adapter))
+	e.logOnce.Do(func() {
+		slog.Error("ratelimit: requests fail: the route is unknown where the middleware runs", "err", err)
+	})
+	return Result{Outcome: Failed, Err: err}
+}
+
+// installHint says how to install an adapter's middleware so that it
+// knows the route.
+func installHint(adapter string) string {
+	switch adapter {
+	case "nethttp":
+		return "wrap the *http.ServeMux itself (m.Handler(mux)) or each route's handler, not a handler around the mux"
+	case "fiberlimit":
+		return "install it with app.Use on an app whose routes it can match, or on each route"
+	case "echolimit":
+		return "install it on an Echo instance (e.Use, e.Pre, a group or a route)"
+	case "chilimit":
+		return "install it with r.Use or r.With on the chi router"
+	}
+	return "install it where the router has matched the route"
 }
 
 // failed classifies a request error: BadInput for input the client

@@ -67,12 +67,13 @@ func FromContextMust(t *testing.T, key any) keyfuncs.Func {
 }
 
 func TestCheck(t *testing.T) {
-	l := flowtest.LimiterWith(t, nil,
+	l := flowtest.PlanLimiter(t, core.Plans{Default: "free"}, nil,
 		perUser,
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 3)},
 		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 100)},
 		core.Rule{Name: "per-tenant", Scope: core.Dimension("tenant"), Limit: core.TokenBucket(core.PerMinute(1), 100)},
 		core.Rule{Name: "pro-only", Scope: core.ScopeGlobal, Plan: "pro", Limit: core.TokenBucket(core.PerMinute(1), 1)},
+		core.Rule{Name: "free-only", Scope: core.ScopeGlobal, Plan: "free", Limit: core.TokenBucket(core.PerMinute(1), 1000), Disabled: true},
 	)
 	tenant, _ := keyfuncs.Header("X-Tenant")
 	m, err := flow.New(l, "test", nil,

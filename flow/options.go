@@ -19,13 +19,21 @@ type Option interface{ apply(*config) }
 
 // config is what the options set, while New applies them.
 type config struct {
-	adapter string
+	adapter   string
+	routeKeys []routeKeyOption
 	settings
 	errs []error
 }
 
+type routeKeyOption struct {
+	sel   core.RouteSelector
+	scope core.Scope
+	fn    keyfuncs.Func
+}
+
 // settings are what an Engine keeps of its options.
 type settings struct {
+	adapter string
 	keys    []scopedFunc
 	plan    keyfuncs.Func
 	cost    func(keyfuncs.Request) (int64, error)
@@ -60,6 +68,45 @@ func WithKey(scope core.Scope, fn keyfuncs.Func) Option {
 			c.addKey(scope, fn)
 		}
 	})
+}
+
+// WithRouteKey sets the key function of scope on the routes route selects
+// ("GET /search", "/search", a gRPC method; see core.ParseRoute), in place
+// of the scope's key function given by WithKey, if any: a route keyed its
+// own way (an API key on /search, a user elsewhere), installed once with
+// the other options. A scope keyed only by WithRouteKey has no identity on
+// other routes, so New refuses a rule on it that is not limited
+// (core.Rule.Routes) to routes its key functions cover. Give a scope's
+// route key functions in the order to try them; the first whose selector
+// matches the request keys it. The identities either key returns count in
+// the same buckets of the scope's rules: key a credential of another kind
+// (an API key where the scope holds user ids) under a core.Dimension of
+// its own, so that equal strings of the two kinds never share a bucket.
+func WithRouteKey(route string, scope core.Scope, fn keyfuncs.Func) Option {
+	return optionFunc(func(c *config) {
+		sel, err := core.ParseRoute(route)
+		switch {
+		case err != nil:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithRouteKey(%q, %q): %w", core.ErrInvalidOption, route, scope, err))
+		case fn == nil:
+			c.fail("WithRouteKey(%q, %q): nil key function", route, scope)
+		case !scope.Valid() || scope == core.ScopeGlobal:
+			c.fail("WithRouteKey(%q, %q): want user, ip, endpoint or a core.Dimension", route, scope)
+		default:
+			c.routeKeys = append(c.routeKeys, routeKeyOption{sel: sel, scope: scope, fn: fn})
+		}
+	})
+}
+
+// When returns a predicate for core.Rule.When that calls fn with the
+// middleware's request view: a rule that applies to the requests fn
+// returns true for (a header present, a query parameter). Outside a
+// middleware (a core.Request with no view) the rule does not apply.
+func When(fn func(keyfuncs.Request) bool) func(*core.Request) bool {
+	return func(r *core.Request) bool {
+		v, ok := r.View.(keyfuncs.Request)
+		return ok && fn(v)
+	}
 }
 
 func (c *config) addKey(scope core.Scope, fn keyfuncs.Func) {
@@ -210,6 +257,70 @@ func NativeKey[R any](adapter string, scope core.Scope, fn func(R) (string, erro
 		}
 		WithKey(scope, key).apply(c)
 	})
+}
+
+// native returns fn over the view's native request, or an error for a view
+// of another type.
+func native[R, T any](adapter, option string, fn func(R) (T, error)) func(keyfuncs.Request) (T, error) {
+	return func(r keyfuncs.Request) (T, error) {
+		n, ok := r.(NativeRequest[R])
+		if !ok {
+			var zero T
+			return zero, fmt.Errorf("%s.%s: a %T has no native request of the function's type", adapter, option, r)
+		}
+		return fn(n.Native())
+	}
+}
+
+// onlyFor wraps set, an option's effect, so that it applies only to
+// adapter's constructor.
+func onlyFor(adapter, option string, set func(*config)) Option {
+	return optionFunc(func(c *config) {
+		if c.adapter != adapter {
+			c.fail("%s.%s is an option of %s, given to %s", adapter, option, adapter, c.adapter)
+			return
+		}
+		set(c)
+	})
+}
+
+// NativePlan returns an option of adapter that sets the plan function to
+// fn, which reads the framework's own request R (a value an
+// authentication middleware stored in it, say): WithPlan over R. It is the
+// base of each adapter's WithPlanFunc; like NativeKey, the other adapters
+// refuse it, and a nil fn is an error.
+func NativePlan[R any](adapter string, fn func(R) (string, error)) Option {
+	if fn == nil {
+		return optionFunc(func(c *config) { c.fail("%s.WithPlanFunc: nil function", adapter) })
+	}
+	plan := native(adapter, "WithPlanFunc", fn)
+	return onlyFor(adapter, "WithPlanFunc", func(c *config) { WithPlan(plan).apply(c) })
+}
+
+// NativeCost returns an option of adapter that sets the cost function to
+// fn, over the framework's own request R: WithCost over R. It is the base
+// of each adapter's WithCostFunc.
+func NativeCost[R any](adapter string, fn func(R) (int64, error)) Option {
+	if fn == nil {
+		return optionFunc(func(c *config) { c.fail("%s.WithCostFunc: nil function", adapter) })
+	}
+	cost := native(adapter, "WithCostFunc", fn)
+	return onlyFor(adapter, "WithCostFunc", func(c *config) { WithCost(cost).apply(c) })
+}
+
+// NativeSkip returns an option of adapter that sets the skip function to
+// fn, over the framework's own request R: WithSkip over R. A view of
+// another type is never skipped. It is the base of each adapter's
+// WithSkipFunc.
+func NativeSkip[R any](adapter string, fn func(R) bool) Option {
+	if fn == nil {
+		return optionFunc(func(c *config) { c.fail("%s.WithSkipFunc: nil function", adapter) })
+	}
+	skip := func(r keyfuncs.Request) bool {
+		n, ok := r.(NativeRequest[R])
+		return ok && fn(n.Native())
+	}
+	return onlyFor(adapter, "WithSkipFunc", func(c *config) { WithSkip(skip).apply(c) })
 }
 
 // The names of the two settings every adapter has.

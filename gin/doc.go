@@ -6,7 +6,7 @@
 // every file that uses it imports too.
 //
 // Build the middleware once with New, then install it like any other gin
-// middleware, on the engine, a group or a single route:
+// middleware:
 //
 //	policy, err := core.NewPolicy(
 //		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(60), 10)},
@@ -15,20 +15,23 @@
 //	limiter, err := core.NewLimiter(policy)
 //	rl, err := ginlimit.New(limiter)
 //	router := gin.New()
-//	router.Use(rl)                       // every route,
-//	// api := router.Group("/api", rl)   // or one group,
-//	// router.GET("/search", rl, search) // or one route
+//	router.Use(rl) // every route
 //
-// Install it once on any one chain: each run takes tokens. gin resolves the
-// route before it runs any handler, so gin.Context.FullPath, the route
-// template ("/items/:id", group prefix included), is known wherever the
-// middleware sits; with the method it keys the endpoint scope ("GET
-// /items/:id"), so that /items/1 and /items/2 share a bucket. Middleware
-// installed with engine.Use also runs for requests that no route matches,
-// before gin's 404 (or 405) answer: those have no route, so the endpoint
-// tiers do not apply to them and the other tiers do, which keeps a client
-// probing for paths within its per-ip limit. A flow.WithSkip function that
-// returns true when the request's Route() is "" exempts them instead.
+// Install it once, on the engine. gin resolves the route before it runs
+// any handler, so gin.Context.FullPath is known wherever the middleware
+// sits: the route, in the form every adapter shares ("/items/{id}" for
+// "/items/:id", group prefix included), keys the endpoint scope with the
+// method ("GET /items/{id}", so that /items/1 and /items/2 share a bucket)
+// and selects the rules limited to routes (core.Rule.Routes): a stricter
+// tier on /search belongs in the policy, decided with the others, not in
+// a second middleware. The same middleware installed again on a group or
+// route charges a request once; a second middleware over the same limiter
+// fails it with flow.ErrInstalledTwice. Middleware installed with
+// engine.Use also runs for requests that no route matches, before gin's
+// 404 (or 405) answer: those have no route, so the endpoint tiers do not
+// apply to them and the other tiers do, which keeps a client probing for
+// paths within its per-ip limit. A flow.WithSkip function that returns
+// true when the request's Route() is "" exempts them instead.
 //
 // # Keys
 //

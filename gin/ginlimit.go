@@ -27,8 +27,17 @@ type middleware struct {
 // It fails with an error wrapping core.ErrInvalidOption for a nil limiter, a
 // nil or invalid option, an option of another adapter, a scope given two
 // key functions, or an enabled rule of the limiter's policy whose scope has
-// no key function. The returned handler is safe for concurrent use; each
-// run of it on a request takes tokens, so install it once on any one chain.
+// no key function. The returned handler is safe for concurrent use.
+//
+// Install it once, engine.Use(mw): gin has matched the route before the
+// engine's middleware runs, so the route (the endpoint scope's key, and
+// what core.Rule.Routes select) is known there, in the shared form
+// ("/items/{id}" for gin's "/items/:id", group prefix included); limit a
+// stricter route with a rule limited to it rather than a second
+// middleware. A request passes the middleware once: installed again on a
+// group or route, it lets the request through without charging it
+// again; a second middleware over the same limiter fails the request with
+// flow.ErrInstalledTwice (the error handler), for both would charge it.
 //
 // For each request it derives the keys, plan and cost, asks the limiter
 // (waiting out a shaping delay, until the request's context ends), and
@@ -59,10 +68,17 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 // handle limits one request.
 func (m *middleware) handle(c *gin.Context) {
 	var res flow.Result
-	if c.Request == nil {
+	prev, _ := c.Get(flow.MarkName)
+	mark, _ := prev.(*flow.Mark)
+	if again, ok := m.engine.Seen(mark); ok {
+		res = again
+	} else if c.Request == nil {
 		res = flow.Result{Outcome: flow.Failed, Err: errNoRequest}
 	} else {
 		res = m.engine.Check(request{c})
+		if res.Outcome == flow.Proceed || res.Outcome == flow.Skipped {
+			c.Set(flow.MarkName, m.engine.Mark(mark))
+		}
 	}
 	switch res.Outcome {
 	case flow.Proceed:

@@ -35,10 +35,30 @@ type ErrorHandler = func(c *gin.Context, err error)
 // takes one key function, given by flow.WithKey or WithKeyFunc. Without
 // either, ScopeIP is keyed by the TCP peer (keyfuncs.ClientIP() trusts no
 // proxy, whatever the engine's trusted proxies) and ScopeEndpoint by the
-// method and route template ("GET /items/:id", from gin.Context.FullPath).
+// method and route ("GET /items/{id}", from gin.Context.FullPath in the
+// shared form).
 func WithKeyFunc(scope core.Scope, fn func(c *gin.Context) (string, error)) Option {
 	return flow.NativeKey(adapter, scope, fn)
 }
+
+// WithPlanFunc sets the plan function to a native one that reads the
+// *gin.Context, such as the plan an authentication middleware stored with
+// c.Set: fn returns the plan, keyfuncs.ErrNotApplicable for none (the
+// policy's default plan applies), or another error, which goes to the
+// error handler. It replaces flow.WithPlan.
+func WithPlanFunc(fn func(c *gin.Context) (string, error)) Option {
+	return flow.NativePlan(adapter, fn)
+}
+
+// WithCostFunc sets the cost function to a native one that reads the
+// *gin.Context: fn returns the request's cost in tokens, or an error,
+// which goes to the error handler. It replaces flow.WithCost.
+func WithCostFunc(fn func(c *gin.Context) (int64, error)) Option { return flow.NativeCost(adapter, fn) }
+
+// WithSkipFunc sets the skip function to a native one that reads the
+// *gin.Context: a request it returns true for proceeds unlimited, with no
+// header fields. It replaces flow.WithSkip.
+func WithSkipFunc(fn func(c *gin.Context) bool) Option { return flow.NativeSkip(adapter, fn) }
 
 // WithDenyHandler sets the handler that answers a request the limiter
 // denied, in place of the default 429 (or 503, when the store failed and

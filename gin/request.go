@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
@@ -25,10 +26,11 @@ func (v request) Context() context.Context { return v.c.Request.Context() }
 // Method returns the request's method.
 func (v request) Method() string { return v.c.Request.Method }
 
-// Route returns the template of the gin route that matched ("/items/:id",
-// group prefix included), or "" when none did (gin's 404 and 405 handlers,
-// which run the engine's global middleware too).
-func (v request) Route() string { return v.c.FullPath() }
+// Route returns the route of the gin route that matched, in the shared
+// form ("/items/{id}" for "/items/:id", group prefix included; see
+// flow.ColonRoute), or "" when none did (gin's 404 and 405 handlers, which
+// run the engine's global middleware too).
+func (v request) Route() string { return flow.ColonRoute(v.c.FullPath()) }
 
 // FullMethod returns "": this is HTTP.
 func (v request) FullMethod() string { return "" }

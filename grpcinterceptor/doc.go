@@ -25,6 +25,46 @@
 // WithKeyFunc takes a native function of the context and the full method
 // instead.
 //
+// # Per-method tiers and keys
+//
+// A gRPC call's route is its full method: core.Request.Route is
+// "/package.Service/Method", and a route selector of core.Rule.Routes or
+// flow.WithRouteKey names a method the same way (core.ParseRoute). Install
+// one pair of interceptors for the whole server and scope stricter tiers
+// to methods with Rule.Routes; every tier that applies to a call, the
+// method's and the others, is decided in one store call, so a call the
+// stricter tier denies takes nothing from the others:
+//
+//	core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(10), 20)},
+//	core.Rule{Name: "search", Scope: core.ScopeUser, Routes: []string{"/shop.Catalog/Search"},
+//		Limit: core.TokenBucket(core.PerSecond(1), 5)},
+//
+// flow.WithRouteKey gives a method its own key function for a scope, in
+// place of the scope's flow.WithKey there: on "/shop.Catalog/Search" the
+// user tiers count per API key, elsewhere per user. A call to that method
+// without the key has no identity for the scope, and its tiers of that
+// scope do not apply to it.
+//
+//	apiKey, err := keyfuncs.Metadata("x-api-key")
+//	opts := []flow.Option{
+//		flow.WithKey(core.ScopeUser, user),
+//		flow.WithRouteKey("/shop.Catalog/Search", core.ScopeUser, apiKey),
+//	}
+//
+// # Installed twice
+//
+// A call passes the rate limit once. The interceptors record in the
+// context they hand on (to the handler, or to the next interceptor; a
+// stream's Context) that they checked the call, as a flow.Mark. The same
+// interceptor chained twice (grpc.ChainUnaryInterceptor(unary, unary), or
+// a server option and a chain that both hold it) lets the call through the
+// second time without charging it or adding metadata. Two interceptors
+// built over the same limiter, each of which would charge every tier they
+// share, fail the call through the error path: the error handler gets an
+// error wrapping flow.ErrInstalledTwice, and by default the client sees
+// codes.Internal with a fixed message. Interceptors over different
+// limiters both apply.
+//
 // # Options
 //
 // The options of package flow mean under gRPC: flow.WithPlan selects the
@@ -41,11 +81,13 @@
 // flow.WithHeaderFormat whose names are not lower case works, at the cost
 // of lowering each name on every call.
 //
-// This package's own options, WithKeyFunc, WithDenyHandler,
-// WithErrorHandler and WithPerMessage, take gRPC types; the constructors of
-// the other adapters refuse them, and these constructors refuse theirs, so
-// that no option is silently dropped. Pass one option list to both
-// constructors: WithPerMessage has no effect on the unary one.
+// This package's own options, WithKeyFunc, WithPlanFunc, WithCostFunc,
+// WithSkipFunc, WithDenyHandler, WithErrorHandler and WithPerMessage, take
+// gRPC types: the native functions read the call's context and full
+// method. The constructors of the other adapters refuse them, and these
+// constructors refuse theirs, so that no option is silently dropped. Pass
+// one option list to both constructors: WithPerMessage has no effect on
+// the unary one.
 //
 // # What clients see
 //
@@ -87,9 +129,9 @@
 // A call that cannot be decided ends with codes.InvalidArgument when the
 // client's input is at fault (a metadata key too long for a bucket key, or
 // no client address), codes.Internal when a key, plan or cost function
-// fails, and codes.Canceled or codes.DeadlineExceeded when the call's
-// context ends; WithErrorHandler changes that, and WithDenyHandler the
-// denial's status.
+// fails or two interceptors over one limiter checked the call, and
+// codes.Canceled or codes.DeadlineExceeded when the call's context ends;
+// WithErrorHandler changes that, and WithDenyHandler the denial's status.
 //
 // # Streams
 //

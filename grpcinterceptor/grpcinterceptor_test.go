@@ -40,6 +40,9 @@ var perUser = core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.Tok
 func TestConstructorsReject(t *testing.T) {
 	invalid := flowtest.NilOptions(grpcinterceptor.WithKeyFunc(core.ScopeUser, nil), grpcinterceptor.WithDenyHandler(nil), grpcinterceptor.WithErrorHandler(nil))
 	invalid[`nethttp.WithKeyFunc("user") is an option of nethttp, given to grpcinterceptor`] = flow.NativeKey("nethttp", core.ScopeUser, func(*http.Request) (string, error) { return "u", nil })
+	invalid["WithPlanFunc"] = grpcinterceptor.WithPlanFunc(nil)
+	invalid["WithCostFunc"] = grpcinterceptor.WithCostFunc(nil)
+	invalid["WithSkipFunc"] = grpcinterceptor.WithSkipFunc(nil)
 	c := flowtest.Constructor{
 		Adapter: "grpcinterceptor",
 		New:     flowtest.ErrorOf(grpcinterceptor.UnaryServerInterceptor),
@@ -68,6 +71,9 @@ func TestConstructorsAccept(t *testing.T) {
 		grpcinterceptor.WithDenyHandler(func(context.Context, *core.Decision) error { return nil }),
 		grpcinterceptor.WithErrorHandler(func(context.Context, error) error { return nil }),
 		grpcinterceptor.WithPerMessage(nil),
+		grpcinterceptor.WithPlanFunc(func(context.Context, string) (string, error) { return "free", nil }),
+		grpcinterceptor.WithCostFunc(func(context.Context, string) (int64, error) { return 1, nil }),
+		grpcinterceptor.WithSkipFunc(func(context.Context, string) bool { return false }),
 	}
 	if _, err := grpcinterceptor.UnaryServerInterceptor(l, valid...); err != nil {
 		t.Errorf("UnaryServerInterceptor with valid options: %v", err)
@@ -91,6 +97,9 @@ func TestOptionsRefusedElsewhere(t *testing.T) {
 		{"WithDenyHandler", grpcinterceptor.WithDenyHandler(func(context.Context, *core.Decision) error { return nil }), "grpcinterceptor.WithDenyHandler is an option of grpcinterceptor, given to nethttp"},
 		{"WithErrorHandler", grpcinterceptor.WithErrorHandler(func(context.Context, error) error { return nil }), "grpcinterceptor.WithErrorHandler is an option of grpcinterceptor, given to nethttp"},
 		{"WithPerMessage", grpcinterceptor.WithPerMessage(nil), "grpcinterceptor.WithPerMessage is an option of grpcinterceptor, given to nethttp"},
+		{"WithPlanFunc", grpcinterceptor.WithPlanFunc(func(context.Context, string) (string, error) { return "free", nil }), "grpcinterceptor.WithPlanFunc is an option of grpcinterceptor, given to nethttp"},
+		{"WithCostFunc", grpcinterceptor.WithCostFunc(func(context.Context, string) (int64, error) { return 1, nil }), "grpcinterceptor.WithCostFunc is an option of grpcinterceptor, given to nethttp"},
+		{"WithSkipFunc", grpcinterceptor.WithSkipFunc(func(context.Context, string) bool { return false }), "grpcinterceptor.WithSkipFunc is an option of grpcinterceptor, given to nethttp"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := flow.New(l, "nethttp", nil, tc.opt)

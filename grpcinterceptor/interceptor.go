@@ -34,10 +34,14 @@ const PushbackKey = "grpc-retry-pushback-ms"
 // rate-limit fields in its header metadata (grpc.SetHeader: they leave with
 // the response) and runs its handler; a denied call never reaches the
 // handler and ends with a Trailers-Only response (see the package
-// documentation). It fails with an error wrapping core.ErrInvalidOption for
-// a nil limiter, a nil or invalid option (named by its position in opts),
-// an option of another adapter, a scope given two key functions, or an
-// enabled rule of the limiter's policy whose scope has no key function.
+// documentation). The handler's context records that the interceptor
+// checked the call (flow.WithMark), so that the interceptor chained again
+// lets it through uncharged and another one over the same limiter fails
+// it (see "Installed twice" in the package documentation). It fails with
+// an error wrapping core.ErrInvalidOption for a nil limiter, a nil or
+// invalid option (named by its position in opts), an option of another
+// adapter, a scope given two key functions, or an enabled rule of the
+// limiter's policy whose scope has no key function.
 // The interceptor is safe for concurrent use.
 func UnaryServerInterceptor(limiter *core.Limiter, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	i, err := newInterceptor(limiter, opts, false)
@@ -53,7 +57,9 @@ func UnaryServerInterceptor(limiter *core.Limiter, opts ...Option) (grpc.UnarySe
 // metadata (ServerStream.SetHeader, sent with the first message or status),
 // and a denied one ends at once, Trailers-Only, without its handler running;
 // the client sees the status at its first Recv. With WithPerMessage, every
-// received message is paced too. It fails as UnaryServerInterceptor does.
+// received message is paced too. The handler's stream has a Context that
+// records the check, as UnaryServerInterceptor's handler's context does.
+// It fails as UnaryServerInterceptor does.
 // The interceptor is safe for concurrent use.
 func StreamServerInterceptor(limiter *core.Limiter, opts ...Option) (grpc.StreamServerInterceptor, error) {
 	i, err := newInterceptor(limiter, opts, true)
@@ -110,6 +116,15 @@ func newInterceptor(limiter *core.Limiter, opts []Option, stream bool) (*interce
 
 // unary is the grpc.UnaryServerInterceptor.
 func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	prev := flow.MarkFrom(ctx)
+	if res, ok := i.engine.Seen(prev); ok {
+		// This interceptor already checked the call (chained twice), or
+		// another one over the same limiter did.
+		if res.Outcome == flow.Skipped {
+			return handler(ctx, req)
+		}
+		return nil, i.failed(ctx, res.Outcome, res.Err)
+	}
 	// Key functions must not keep the view (keyfuncs.Request), so it can
 	// be reused by the next call.
 	v := i.views.Get().(*view)
@@ -126,9 +141,9 @@ func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 			// informational fields, so it does not fail the call.
 			_ = grpc.SetHeader(ctx, md)
 		}
-		return handler(ctx, req)
+		return handler(flow.WithMark(ctx, i.engine.Mark(prev)), req)
 	case flow.Skipped:
-		return handler(ctx, req)
+		return handler(flow.WithMark(ctx, i.engine.Mark(prev)), req)
 	case flow.Denied, flow.Unavailable:
 		// Trailers only: nothing on this path may set or send headers, or
 		// the response has a header frame and clients do not retry it.
@@ -147,6 +162,15 @@ func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 // stream is the grpc.StreamServerInterceptor.
 func (i *interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
+	prev := flow.MarkFrom(ctx)
+	if res, ok := i.engine.Seen(prev); ok {
+		// As in unary; a stream already checked is paced, if at all, by
+		// the interceptor that checked it.
+		if res.Outcome == flow.Skipped {
+			return handler(srv, ss)
+		}
+		return i.failed(ctx, res.Outcome, res.Err)
+	}
 	v := &view{ctx: ctx, fullMethod: info.FullMethod}
 	res := i.engine.Check(v)
 	switch res.Outcome {
@@ -154,12 +178,14 @@ func (i *interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		if md := i.metadata(&res, false); md != nil {
 			_ = ss.SetHeader(md) // as in unary: informational
 		}
+		marked := &markedStream{ServerStream: ss, ctx: flow.WithMark(ctx, i.engine.Mark(prev))}
 		if i.msgs != nil {
-			ss = &pacedStream{ServerStream: ss, i: i, v: v}
+			return handler(srv, &pacedStream{markedStream: marked, i: i, v: v})
 		}
-		return handler(srv, ss)
+		return handler(srv, marked)
 	case flow.Skipped:
-		return handler(srv, ss) // not paced either
+		// Not paced either.
+		return handler(srv, &markedStream{ServerStream: ss, ctx: flow.WithMark(ctx, i.engine.Mark(prev))})
 	case flow.Denied, flow.Unavailable:
 		if md := i.metadata(&res, true); md != nil {
 			ss.SetTrailer(md)
@@ -170,9 +196,20 @@ func (i *interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	return i.failed(ctx, res.Outcome, res.Err)
 }
 
+// markedStream is a stream whose context records the interceptors that
+// checked it (flow.Mark), so that one that runs again on it, chained
+// twice, does not charge it twice.
+type markedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+// Context returns the stream's context, with its flow.Mark.
+func (s *markedStream) Context() context.Context { return s.ctx }
+
 // pacedStream holds each received message until its tokens are there.
 type pacedStream struct {
-	grpc.ServerStream
+	*markedStream
 	i *interceptor
 	v *view // the stream's view; RecvMsg is never called concurrently
 }
@@ -375,14 +412,14 @@ func quotaFailure(d *core.Decision) *errdetails.QuotaFailure {
 		}
 		var desc string
 		if t.Reason == core.ReasonCostExceedsLimit {
-			desc = fmt.Sprintf("rule %q (scope %s): the cost %d is above its limit of %d", t.Rule.Name, t.Rule.Scope, d.Cost, t.Rule.Limit.Burst())
+			desc = fmt.Sprintf("rule %q (scope %s): the cost %d is above its limit of %d", t.Rule.Name, t.Rule.Scope, d.Cost, t.Limit.Burst())
 		} else {
-			desc = fmt.Sprintf("rule %q (scope %s): %d of %d left; retry after %v", t.Rule.Name, t.Rule.Scope, t.Remaining, t.Rule.Limit.Burst(), retryDelay(&core.Decision{RetryAfter: t.RetryAfter}))
+			desc = fmt.Sprintf("rule %q (scope %s): %d of %d left; retry after %v", t.Rule.Name, t.Rule.Scope, t.Remaining, t.Limit.Burst(), retryDelay(&core.Decision{RetryAfter: t.RetryAfter}))
 		}
 		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
 			Subject:     t.Rule.Name,
 			QuotaId:     t.Rule.Name,
-			QuotaValue:  t.Rule.Limit.Burst(),
+			QuotaValue:  t.Limit.Burst(),
 			Description: desc,
 		})
 	}

@@ -15,10 +15,11 @@ const adapter = "grpcinterceptor"
 // Option configures an interceptor; pass the same options to
 // UnaryServerInterceptor and StreamServerInterceptor. The options that
 // shape the decision are those of package flow (flow.WithKey,
-// flow.WithPlan, flow.WithCost, flow.WithSkip, flow.WithHeaderFormat,
-// flow.WithHeadersOnAllow) and mean the same in every adapter (the package
-// documentation says what they do to calls and streams); this package adds
-// the ones that take gRPC types. Options are applied in order.
+// flow.WithRouteKey, flow.WithPlan, flow.WithCost, flow.WithSkip,
+// flow.WithHeaderFormat, flow.WithHeadersOnAllow) and mean the same in
+// every adapter (the package documentation says what they do to calls and
+// streams); this package adds the ones that take gRPC types. Options are
+// applied in order.
 type Option = flow.Option
 
 // DenyHandler returns the error sent for a denied call: see
@@ -47,6 +48,44 @@ func WithKeyFunc(scope core.Scope, fn func(ctx context.Context, fullMethod strin
 		return flow.NativeKey[*view](adapter, scope, nil)
 	}
 	return flow.NativeKey(adapter, scope, func(v *view) (string, error) { return fn(v.ctx, v.fullMethod) })
+}
+
+// WithPlanFunc sets the plan function to a native gRPC function of the
+// call's context and its full method, as WithKeyFunc's are: it reads the
+// plan an authentication interceptor put in the context, say. fn returns
+// the plan, keyfuncs.ErrNotApplicable for none (the policy's default plan
+// applies), or another error, which goes to the error handler. It
+// replaces flow.WithPlan; the last of the two given wins.
+func WithPlanFunc(fn func(ctx context.Context, fullMethod string) (string, error)) Option {
+	if fn == nil {
+		return flow.NativePlan[*view](adapter, nil)
+	}
+	return flow.NativePlan(adapter, func(v *view) (string, error) { return fn(v.ctx, v.fullMethod) })
+}
+
+// WithCostFunc sets the cost function to a native gRPC function of the
+// call's context and its full method: fn returns the call's cost in
+// tokens, from 0 (consumes nothing) to core.MaxCost, or an error, which
+// goes to the error handler; a negative cost is codes.InvalidArgument. On
+// a stream it prices the opening; WithPerMessage prices its messages. It
+// replaces flow.WithCost; the last of the two given wins.
+func WithCostFunc(fn func(ctx context.Context, fullMethod string) (int64, error)) Option {
+	if fn == nil {
+		return flow.NativeCost[*view](adapter, nil)
+	}
+	return flow.NativeCost(adapter, func(v *view) (int64, error) { return fn(v.ctx, v.fullMethod) })
+}
+
+// WithSkipFunc sets the skip function to a native gRPC function of the
+// call's context and its full method: a call it returns true for (a health
+// check, reflection, an internal caller) proceeds unlimited, with no
+// rate-limit metadata, and a stream it returns true for is neither checked
+// nor paced. It replaces flow.WithSkip; the last of the two given wins.
+func WithSkipFunc(fn func(ctx context.Context, fullMethod string) bool) Option {
+	if fn == nil {
+		return flow.NativeSkip[*view](adapter, nil)
+	}
+	return flow.NativeSkip(adapter, func(v *view) bool { return fn(v.ctx, v.fullMethod) })
 }
 
 // WithDenyHandler sets the function that returns the error sent for a

@@ -175,7 +175,7 @@ func bearer(v string) (string, bool) {
 }
 
 // Route returns a Func whose key is the route template (Request.Route),
-// such as "GET /items/{id}" or "/items/:id". It returns ErrNotApplicable
+// such as "/items/{id}". It returns ErrNotApplicable
 // when the route is unknown (no route matched, or gRPC). It never falls
 // back to the request path: a client could then create a bucket per path
 // it invents.
@@ -211,11 +211,12 @@ func method(r Request) string {
 }
 
 // MethodAndRoute returns a Func whose key is the method and the route
-// template, "GET /items/{id}". A template that already names a method (as
-// net/http's "GET /items/{id}" does) is the key as it is, so that a HEAD
-// request served by a GET route counts against that route; otherwise the
-// method, as Method keys it, is prefixed with a space. It returns
-// ErrNotApplicable when the route or the method is unknown.
+// template, "GET /items/{id}": the method, as Method keys it, a space and
+// the route. A HEAD request counts as GET, which routers serve it with
+// (as a GET route selector selects HEAD too), so that it cannot take a
+// bucket of its own. A template that already names a method (a net/http
+// pattern, from a view that reports it whole) is the key as it is. It
+// returns ErrNotApplicable when the route or the method is unknown.
 func MethodAndRoute() Func {
 	return func(r Request) (string, error) { return methodAndRoute(r) }
 }
@@ -231,8 +232,11 @@ func methodAndRoute(r Request) (string, error) {
 		return rt, nil
 	}
 	m := method(r)
-	if m == "" {
+	switch m {
+	case "":
 		return "", ErrNotApplicable
+	case "HEAD":
+		m = "GET"
 	}
 	return endpoints.join(m, rt), nil
 }

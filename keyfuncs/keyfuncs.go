@@ -20,10 +20,12 @@ type Request interface {
 	Context() context.Context
 	// Method returns the HTTP method ("GET"), or "" for gRPC.
 	Method() string
-	// Route returns the template of the matched route, as the router
-	// spells it ("GET /items/{id}" for net/http, "/items/:id" for gin and
-	// fiber), or "" when no route matched or the router does not say. It is
-	// never the raw request path.
+	// Route returns the route the request matched, in the form every
+	// adapter shares (core.ParseRoute): the path template with wildcards
+	// in braces, without the method ("/items/{id}", for net/http's "GET
+	// /items/{id}" and gin's "/items/:id" alike), or "" when no route
+	// matched or the router does not say. It is never the raw request
+	// path.
 	Route() string
 	// FullMethod returns the gRPC method, "/package.Service/Method", or ""
 	// for HTTP.

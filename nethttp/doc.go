@@ -2,23 +2,34 @@
 // requests of an http.Handler with a core.Limiter, writes the rate-limit
 // header fields, and answers denials with 429 and a problem body.
 //
-// Build a Middleware once with New, then wrap each route's handler:
+// Build a Middleware once with New, and install it once, around the whole
+// mux:
 //
 //	policy, err := core.NewPolicy(
 //		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(60), 10)},
 //		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerSecond(100), 200)},
+//		core.Rule{Name: "search", Scope: core.ScopeIP, Routes: []string{"GET /search"}, Limit: core.TokenBucket(core.PerMinute(10), 2)},
 //	)
 //	limiter, err := core.NewLimiter(policy)
 //	rl, err := nethttp.New(limiter)
 //	mux := http.NewServeMux()
-//	mux.Handle("GET /items/{id}", rl.Handler(items))
+//	mux.Handle("GET /items/{id}", items)
+//	mux.Handle("GET /search", search)
+//	http.ListenAndServe(addr, rl.Handler(mux))
 //
-// Wrap routes, not the mux: http.ServeMux sets http.Request.Pattern, the
-// route template that keys the endpoint scope ("GET /items/{id}", so that
-// /items/1 and /items/2 share a bucket and a path nobody routes gets none),
-// only when it calls the route's handler. Handler has the signature of the
-// usual middleware, func(http.Handler) http.Handler, for routers that take
-// one.
+// In front of a ServeMux the middleware asks it which pattern the request
+// matches (http.ServeMux.Handler) before it dispatches: the route, that
+// pattern without its method ("/items/{id}", so that /items/1 and /items/2
+// share a bucket and a path nobody routes gets none), keys the endpoint
+// scope with the method and selects the rules limited to routes
+// (core.Rule.Routes), all decided together. Wrapping each route's handler
+// works too, for the mux has set the pattern by then. Around any other
+// handler the route is unknown: a request that a route-scoped or endpoint
+// rule could apply to fails with flow.ErrRouteUnknown, never skipping the
+// tier. The same Middleware installed twice on a request's way charges it
+// once; a second Middleware over the same limiter fails it with
+// flow.ErrInstalledTwice. Handler has the signature of the usual
+// middleware, func(http.Handler) http.Handler, for routers that take one.
 //
 // # Keys
 //

@@ -13,8 +13,8 @@ import (
 	"github.com/bucketry/ratelimit/nethttp"
 )
 
-// A per-client limit on one route: two requests, then 429 with the fields
-// that tell the client when to come back.
+// A per-client limit, installed once around the whole mux: two requests,
+// then 429 with the fields that tell the client when to come back.
 func Example() {
 	policy, err := core.NewPolicy(
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(60), 2)},
@@ -31,10 +31,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /items/{id}", rl.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "item %s", r.PathValue("id"))
-	})))
-	srv := httptest.NewServer(mux)
+	})
+	srv := httptest.NewServer(rl.Handler(mux))
 	defer srv.Close()
 
 	for range 3 {
@@ -65,7 +65,7 @@ func Example() {
 // framework-neutral key function, which gin, fiber and gRPC middleware take
 // as they are.
 func ExampleWithKeyFunc() {
-	policy, err := core.NewPolicy(
+	policy, err := core.NewPlanPolicy(core.Plans{Default: "free"},
 		core.Rule{Name: "free", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerHour(100), 1)},
 		core.Rule{Name: "pro", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerHour(1000), 100)},
 	)

@@ -56,35 +56,71 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 //   - not decidable: calls the error handler (see WithErrorHandler); next is
 //     not called.
 //
-// The endpoint scope is keyed by the ServeMux pattern, which the mux sets
-// just before it calls the route's handler: wrap each route's handler,
-// mux.Handle("GET /items/{id}", m.Handler(h)), not the mux itself, or the
-// endpoint tiers will not apply. Handler panics if next is nil, as
-// http.ServeMux.Handle does, when the route is wired rather than under load.
+// The route (the endpoint scope's key, and what core.Rule.Routes select)
+// is the ServeMux pattern of the route the request reaches, without its
+// method ("/items/{id}"). Install the middleware once, around the whole
+// mux, m.Handler(mux): it asks the mux which pattern the request matches
+// (http.ServeMux.Handler) before the mux dispatches it, and limits
+// stricter routes with rules limited to them. Wrapping each route's
+// handler, mux.Handle("GET /items/{id}", m.Handler(h)), works too: the
+// mux has set the pattern by then. Around any other handler the route is
+// unknown, and a request to which a rule that needs it could apply fails
+// with flow.ErrRouteUnknown through the error handler, rather than
+// skipping that tier.
+//
+// A request passes the middleware once: if it runs again on the same
+// request (around the mux and around a route), the second run calls next
+// without charging; a second Middleware over the same limiter fails the
+// request with flow.ErrInstalledTwice. Handler panics if next is nil, as
+// http.ServeMux.Handle does, when the route is wired rather than under
+// load.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("nethttp: Handler: nil next handler")
 	}
-	return &handler{m: m, next: next}
+	mux, _ := next.(*http.ServeMux)
+	return &handler{m: m, next: next, mux: mux}
 }
 
 type handler struct {
 	m    *Middleware
 	next http.Handler
+	mux  *http.ServeMux // next, when it is a ServeMux: the route is resolved through it
 }
 
 // ServeHTTP limits one request.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
-	res := m.engine.Check(request{r})
+	prev := flow.MarkFrom(r.Context())
+	if res, ok := m.engine.Seen(prev); ok {
+		h.answer(w, r, &res, r)
+		return
+	}
+	// The request next gets: its context records this middleware. It is
+	// our own copy, so in front of a ServeMux it can carry the pattern
+	// the mux will match, which the mux sets again when it dispatches.
+	marked := r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
+	var res flow.Result
+	if h.mux != nil {
+		_, marked.Pattern = h.mux.Handler(r)
+		res = m.engine.Check(muxRequest{request{marked}})
+	} else {
+		res = m.engine.Check(request{marked})
+	}
+	h.answer(w, r, &res, marked)
+}
+
+// answer acts on res: next gets marked, handlers r.
+func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Result, marked *http.Request) {
+	m := h.m
 	switch res.Outcome {
 	case flow.Proceed:
-		m.engine.SetHTTPHeaders(w.Header(), &res)
-		h.next.ServeHTTP(w, r)
+		m.engine.SetHTTPHeaders(w.Header(), res)
+		h.next.ServeHTTP(w, marked)
 	case flow.Skipped:
-		h.next.ServeHTTP(w, r)
+		h.next.ServeHTTP(w, marked)
 	case flow.Denied, flow.Unavailable:
-		m.engine.SetHTTPHeaders(w.Header(), &res)
+		m.engine.SetHTTPHeaders(w.Header(), res)
 		if m.deny != nil {
 			d := res.Decision // the handler's own copy
 			m.deny(w, r, &d)
@@ -93,7 +129,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", flow.ContentTypeProblem)
 		w.WriteHeader(res.Outcome.HTTPStatus())
 		// A write error means the client is gone; there is nobody to tell.
-		_ = m.engine.WriteProblem(w, &res)
+		_ = m.engine.WriteProblem(w, res)
 	default: // BadInput, Failed, ClientGone
 		if m.onError != nil {
 			m.onError(w, r, res.Err)

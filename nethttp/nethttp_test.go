@@ -1,6 +1,7 @@
 package nethttp_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -77,10 +78,13 @@ func TestHeaderNames(t *testing.T) {
 	}
 }
 
-// TestOutsideMux: a middleware around the whole mux runs before the mux
-// sets the pattern, so the endpoint tier does not apply there (the per-ip
-// tier still does); around the route's handler, it does.
-func TestOutsideMux(t *testing.T) {
+// TestRouteResolution: around the whole mux, the middleware asks the mux
+// for the route before it dispatches, so the endpoint tier applies as it
+// does around the route's handler; around a handler that is not a mux the
+// route is unknown, and a request an endpoint tier could apply to fails
+// (500) instead of skipping that tier; a request no route matches gets the
+// mux's 404 with the tiers that need no route.
+func TestRouteResolution(t *testing.T) {
 	l := flowtest.Limiter(t,
 		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1)},
 		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 100)},
@@ -94,18 +98,62 @@ func TestOutsideMux(t *testing.T) {
 	inside.Handle("GET /items/{id}", m.Handler(ok))
 	bare := http.NewServeMux()
 	bare.Handle("GET /items/{id}", ok)
+	const both = `"per-endpoint";q=1;w=60, "per-ip";q=100;w=6000`
 	for _, tc := range []struct {
-		name string
-		h    http.Handler
-		want string
+		name   string
+		h      http.Handler
+		path   string
+		status int
+		want   string
 	}{
-		{"route wrapped", inside, `"per-endpoint";q=1;w=60, "per-ip";q=100;w=6000`},
-		{"mux wrapped", m.Handler(bare), `"per-ip";q=100;w=6000`},
+		{"route wrapped", inside, "/items/1", 200, both},
+		{"mux wrapped", m.Handler(bare), "/items/2", 429, both}, // the same endpoint bucket: 1 per minute
+		{"no route", m.Handler(bare), "/nowhere", 404, `"per-ip";q=100;w=6000`},
+		{"not a mux", m.Handler(http.StripPrefix("/x", bare)), "/x/items/3", 500, ""},
 	} {
 		rec := httptest.NewRecorder()
-		tc.h.ServeHTTP(rec, httptest.NewRequest("GET", "/items/1", nil))
+		tc.h.ServeHTTP(rec, httptest.NewRequest("GET", tc.path, nil))
+		if rec.Code != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.name, rec.Code, tc.status)
+		}
 		if got := rec.Header().Get("RateLimit-Policy"); got != tc.want {
 			t.Errorf("%s: RateLimit-Policy = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestInstalledTwice: the same middleware around the mux and around a
+// route charges once; a second middleware over the same limiter fails the
+// request.
+func TestInstalledTwice(t *testing.T) {
+	l := flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 10)})
+	m, err := nethttp.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	other, err := nethttp.New(l, nethttp.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+		got = err
+		w.WriteHeader(500)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	mux := http.NewServeMux()
+	mux.Handle("GET /same", m.Handler(ok))
+	mux.Handle("GET /other", other.Handler(ok))
+	h := m.Handler(mux)
+	for i, want := range []string{"9", "8"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/same", nil))
+		if got := rec.Header().Get("X-RateLimit-Remaining"); rec.Code != 200 || got != want {
+			t.Errorf("request %d: %d, remaining %q; want 200, %q", i, rec.Code, got, want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/other", nil))
+	if rec.Code != 500 || !errors.Is(got, flow.ErrInstalledTwice) {
+		t.Errorf("two middlewares: %d, %v; want 500 and ErrInstalledTwice", rec.Code, got)
 	}
 }

@@ -34,10 +34,28 @@ type ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error)
 // keep the request. One scope takes one key function, given by
 // flow.WithKey or WithKeyFunc. Without either, ScopeIP is keyed by the TCP
 // peer (keyfuncs.ClientIP() trusts no proxy) and ScopeEndpoint by the
-// ServeMux pattern ("GET /items/{id}", from http.Request.Pattern).
+// route of the ServeMux pattern, "GET /items/{id}" (the method and the
+// route).
 func WithKeyFunc(scope core.Scope, fn func(*http.Request) (string, error)) Option {
 	return flow.NativeKey(adapter, scope, fn)
 }
+
+// WithPlanFunc sets the plan function to a native one that reads the
+// *http.Request, such as the plan an authentication middleware put in its
+// context: fn returns the plan, keyfuncs.ErrNotApplicable for none (the
+// policy's default plan applies), or another error, which goes to the
+// error handler. It replaces flow.WithPlan.
+func WithPlanFunc(fn func(*http.Request) (string, error)) Option { return flow.NativePlan(adapter, fn) }
+
+// WithCostFunc sets the cost function to a native one that reads the
+// *http.Request: fn returns the request's cost in tokens, or an error,
+// which goes to the error handler. It replaces flow.WithCost.
+func WithCostFunc(fn func(*http.Request) (int64, error)) Option { return flow.NativeCost(adapter, fn) }
+
+// WithSkipFunc sets the skip function to a native one that reads the
+// *http.Request: a request it returns true for proceeds unlimited, with no
+// header fields. It replaces flow.WithSkip.
+func WithSkipFunc(fn func(*http.Request) bool) Option { return flow.NativeSkip(adapter, fn) }
 
 // WithDenyHandler sets the handler that answers a request the limiter
 // denied, in place of the default 429 (or 503, when the store failed and

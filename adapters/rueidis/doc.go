@@ -90,9 +90,12 @@
 // With WithLocalDenials, a request that Redis denied once can be denied
 // again without running the script, from the bucket's stored state read
 // through rueidis client-side caching (RESP3 tracking, DoCache). Only token
-// bucket and shaping limits qualify, and only when every bucket of the
-// request does; requests with a window algorithm, reads (cost 0) and
-// allowed requests always go to Redis.
+// bucket limits of at most 100 days qualify, and only when every bucket of
+// the request does, its cached state written under the same fill time;
+// requests with a window algorithm or shaping (whose queue may hold a
+// bucket past its fill time), limits decided in microseconds, buckets
+// whose limit changed since their last write, reads (cost 0) and allowed
+// requests always go to Redis.
 //
 // After a denial the store remembers the request's bucket keys and what
 // the script's reply said each one held. The next request on them reads
@@ -108,10 +111,15 @@
 //
 // Why a local denial is one Redis would give:
 //
-//   - Takes only raise a TAT, and a larger TAT at an earlier time holds
-//     fewer tokens. A cached copy older than the real value (another
-//     instance's take whose invalidation is still on its way) therefore
-//     shows at least the tokens Redis holds.
+//   - A take under the limit the value was written with only raises its
+//     TAT, and a larger TAT at an earlier time holds fewer tokens. A cached
+//     copy older than the real value (another instance's take whose
+//     invalidation is still on its way) therefore shows at least the
+//     tokens Redis holds. A take under another limit (a rule or tenant
+//     whose limit changed) rescales the value and may give tokens back: a
+//     copy written under another fill time than the request's limit, and
+//     any limit longer than 100 days (decided in microseconds), are never
+//     decided locally; Redis decides them.
 //   - The time is an upper bound. With WithClientClock or a Take's explicit
 //     Now, it is exactly the time the script would get. With the server's
 //     TIME, it is the time reported by the last script reply for the same
@@ -143,7 +151,7 @@
 // report on the same value. As the script does, the buckets that deny
 // report the request's cost, the others their balance as it stands.
 // Take.At is that lower bound. A local denial needs every bucket of the
-// request to be a token bucket or shaping limit that this instance tracks
+// request to be a token bucket limit that this instance tracks
 // (it has been part of a denied request, or shared one with a bucket that
 // has); the buckets that prove nothing are reported from their cached
 // value too, the value at the last write this instance has heard of. The

@@ -100,7 +100,13 @@ func startServer(rules []core.Rule, routes ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy, err := core.NewPolicy(rules...)
+	// With plans, a request of no plan, or of a plan no rule names, gets
+	// the free plan's tiers.
+	var plans core.Plans
+	if slices.ContainsFunc(rules, func(r core.Rule) bool { return r.Plan != "" }) {
+		plans.Default = "free"
+	}
+	policy, err := core.NewPlanPolicy(plans, rules...)
 	if err != nil {
 		return nil, err
 	}
@@ -122,16 +128,16 @@ func startServer(rules []core.Rule, routes ...string) (*server, error) {
 	}
 	mux := http.NewServeMux()
 	for _, route := range routes {
-		mux.Handle(route, rl.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "ok\n")
-		})))
+		})
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	s.url = "http://" + ln.Addr().String()
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: rl.Handler(mux), ReadHeaderTimeout: 5 * time.Second}
 	s.client = &http.Client{}
 	go s.srv.Serve(ln)
 	return s, nil

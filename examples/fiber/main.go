@@ -82,15 +82,15 @@ func newApp(limiter *core.Limiter) (*fiber.App, error) {
 	rl, err := fiberlimit.New(limiter,
 		flow.WithKey(core.ScopeUser, user),
 		flow.WithPlan(plan),
-		flow.WithKey(limits.Search, limits.OnRoute("/search", user)),
 	)
 	if err != nil {
 		return nil, err
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	// On each route, not app.Use: only there does fiber know the route.
-	app.Get("/search", rl, search)
-	app.Get("/items/:id", rl, item)
+	// Once, for every route: it finds the route each request reaches.
+	app.Use(rl)
+	app.Get("/search", search)
+	app.Get("/items/:id", item)
 	return app, nil
 }
 

@@ -88,7 +88,6 @@ func newHandler(limiter *core.Limiter) (http.Handler, error) {
 	rl, err := ginlimit.New(limiter,
 		flow.WithKey(core.ScopeUser, user),
 		flow.WithPlan(plan),
-		flow.WithKey(limits.Search, limits.OnRoute("/search", user)),
 	)
 	if err != nil {
 		return nil, err

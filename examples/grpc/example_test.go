@@ -23,7 +23,7 @@ import (
 // and globally. A free user's third call within the minute ends with
 // ResourceExhausted, the rate-limit fields in its trailer.
 func Example_quickStart() {
-	policy, err := core.NewPolicy(
+	policy, err := core.NewPlanPolicy(core.Plans{Default: "free"},
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerMinute(10), 2)},
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerMinute(100), 20)},
 		core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerSecond(1000), 2000)},

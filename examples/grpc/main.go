@@ -87,7 +87,6 @@ func newServer(limiter *core.Limiter) (*grpc.Server, error) {
 	unary, err := grpcinterceptor.UnaryServerInterceptor(limiter,
 		flow.WithKey(core.ScopeUser, user),
 		flow.WithPlan(plan),
-		flow.WithKey(limits.Search, limits.OnRoute(searchMethod, user)),
 	)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/bucketry/ratelimit/examples/internal/limits"
 )
 
 // The Items service, written out by hand so that the example needs no
@@ -13,7 +15,7 @@ import (
 // google.protobuf.StringValue: Search maps a query to results, Get an item
 // id to the item.
 const (
-	searchMethod = "/example.Items/Search"
+	searchMethod = limits.SearchMethod
 	getMethod    = "/example.Items/Get"
 )
 

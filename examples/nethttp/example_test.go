@@ -15,7 +15,7 @@ import (
 // The quick start: net/http routes limited per user, by plan, and globally.
 // A free user's third request within the minute gets 429.
 func Example_quickStart() {
-	policy, err := core.NewPolicy(
+	policy, err := core.NewPlanPolicy(core.Plans{Default: "free"},
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerMinute(10), 2)},
 		core.Rule{Name: "per-user", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerMinute(100), 20)},
 		core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerSecond(1000), 2000)},

@@ -87,16 +87,15 @@ func newHandler(limiter *core.Limiter) (http.Handler, error) {
 	rl, err := nethttp.New(limiter,
 		flow.WithKey(core.ScopeUser, user),
 		flow.WithPlan(plan),
-		flow.WithKey(limits.Search, limits.OnRoute("GET /search", user)),
 	)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	// Wrap each route, not the mux: the route's pattern keys its tiers.
-	mux.Handle("GET /search", rl.Handler(http.HandlerFunc(search)))
-	mux.Handle("GET /items/{id}", rl.Handler(http.HandlerFunc(item)))
-	return mux, nil
+	mux.HandleFunc("GET /search", search)
+	mux.HandleFunc("GET /items/{id}", item)
+	// Once, around the whole mux: it asks the mux for each request's route.
+	return rl.Handler(mux), nil
 }
 
 func search(w http.ResponseWriter, r *http.Request) {

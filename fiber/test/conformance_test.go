@@ -1,6 +1,8 @@
 package fiberlimit_test
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -58,6 +60,92 @@ func serveFiber(t testing.TB, routes []conformance.HTTPRoute) string {
 	return fibertest.Serve(t, app)
 }
 
+// serveApp is the harness of a whole application: one middleware for
+// every route, app.Use, before the routes.
+func serveApp(t testing.TB, app conformance.HTTPApp) string {
+	t.Helper()
+	opts := append([]fiberlimit.Option(nil), app.Options...)
+	if app.Auth {
+		opts = append(opts, authOptions()...)
+	}
+	mw, err := fiberlimit.New(app.Limiter, opts...)
+	if err != nil {
+		t.Fatalf("fiberlimit.New: %v", err)
+	}
+	a := fibertest.NewApp()
+	if app.Auth {
+		a.Use(auth)
+	}
+	a.Use(mw)
+	var route []fiber.Handler
+	if app.Twice {
+		route = append(route, mw)
+	}
+	if app.Second != nil {
+		second, err := fiberlimit.New(app.Limiter, app.Second...)
+		if err != nil {
+			t.Fatalf("fiberlimit.New (second): %v", err)
+		}
+		route = append(route, second)
+	}
+	for _, rt := range app.Routes {
+		next := rt.Handler
+		handlers := append(append([]fiber.Handler(nil), route...), func(c *fiber.Ctx) error {
+			if next != nil {
+				next()
+			}
+			return c.SendString("ok")
+		})
+		a.Add(rt.Method, rt.ColonPattern(), handlers...)
+	}
+	return fibertest.Serve(t, a)
+}
+
+// authFields are the fields auth moves into the Ctx's locals.
+var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
+
+// auth moves authFields from the header into c.Locals, as an
+// authentication middleware stores the user it found.
+func auth(c *fiber.Ctx) error {
+	for _, name := range authFields {
+		if v := c.Get(name); v != "" {
+			c.Locals(name, strings.Clone(v))
+			c.Request().Header.Del(name)
+		}
+	}
+	return c.Next()
+}
+
+// local returns the string auth stored under name, or "".
+func local(c *fiber.Ctx, name string) string {
+	v, _ := c.Locals(name).(string)
+	return v
+}
+
+// authOptions are the native functions that read what auth stored.
+func authOptions() []fiberlimit.Option {
+	stored := func(name string) func(*fiber.Ctx) (string, error) {
+		return func(c *fiber.Ctx) (string, error) {
+			if v := local(c, name); v != "" {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		}
+	}
+	return []fiberlimit.Option{
+		fiberlimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
+		fiberlimit.WithPlanFunc(stored("X-Plan")),
+		fiberlimit.WithCostFunc(func(c *fiber.Ctx) (int64, error) {
+			v := local(c, "X-Cost")
+			if v == "" {
+				return 1, nil
+			}
+			return strconv.ParseInt(v, 10, 64)
+		}),
+		fiberlimit.WithSkipFunc(func(c *fiber.Ctx) bool { return local(c, "X-Skip") == "1" }),
+	}
+}
+
 func TestConformance(t *testing.T) {
-	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveFiber})
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveFiber, ServeApp: serveApp})
 }

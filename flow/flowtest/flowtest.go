@@ -30,7 +30,14 @@ func Limiter(tb testing.TB, rules ...core.Rule) *core.Limiter {
 // failing tb if the rules or the options are invalid.
 func LimiterWith(tb testing.TB, opts []core.Option, rules ...core.Rule) *core.Limiter {
 	tb.Helper()
-	p, err := core.NewPolicy(rules...)
+	return PlanLimiter(tb, core.Plans{}, opts, rules...)
+}
+
+// PlanLimiter returns a limiter of rules with plans and opts, failing tb if
+// they are invalid.
+func PlanLimiter(tb testing.TB, plans core.Plans, opts []core.Option, rules ...core.Rule) *core.Limiter {
+	tb.Helper()
+	p, err := core.NewPlanPolicy(plans, rules...)
 	if err != nil {
 		tb.Fatal(err)
 	}

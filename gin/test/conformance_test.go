@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -65,6 +66,88 @@ func serveGin(t testing.TB, routes []conformance.HTTPRoute) string {
 	return srv.URL
 }
 
+// serveApp is the harness of a whole application: one middleware on the
+// engine, engine.Use, before the routes.
+func serveApp(t testing.TB, app conformance.HTTPApp) string {
+	t.Helper()
+	opts := append([]ginlimit.Option(nil), app.Options...)
+	if app.Auth {
+		opts = append(opts, authOptions()...)
+	}
+	mw, err := ginlimit.New(app.Limiter, opts...)
+	if err != nil {
+		t.Fatalf("ginlimit.New: %v", err)
+	}
+	engine := gin.New()
+	if app.Auth {
+		engine.Use(auth)
+	}
+	engine.Use(mw)
+	var route []gin.HandlerFunc
+	if app.Twice {
+		route = append(route, mw)
+	}
+	if app.Second != nil {
+		second, err := ginlimit.New(app.Limiter, app.Second...)
+		if err != nil {
+			t.Fatalf("ginlimit.New (second): %v", err)
+		}
+		route = append(route, second)
+	}
+	for _, rt := range app.Routes {
+		next := rt.Handler
+		handlers := append(append([]gin.HandlerFunc(nil), route...), func(c *gin.Context) {
+			if next != nil {
+				next()
+			}
+			c.String(http.StatusOK, "ok")
+		})
+		engine.Handle(rt.Method, rt.ColonPattern(), handlers...)
+	}
+	srv := httptest.NewServer(engine)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// authFields are the fields auth moves into the gin.Context.
+var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
+
+// auth moves authFields from the header into the gin.Context (c.Set), as
+// an authentication middleware stores the user it found.
+func auth(c *gin.Context) {
+	for _, name := range authFields {
+		if v := c.GetHeader(name); v != "" {
+			c.Set(name, v)
+			c.Request.Header.Del(name)
+		}
+	}
+	c.Next()
+}
+
+// authOptions are the native functions that read what auth stored.
+func authOptions() []ginlimit.Option {
+	stored := func(name string) func(*gin.Context) (string, error) {
+		return func(c *gin.Context) (string, error) {
+			if v := c.GetString(name); v != "" {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		}
+	}
+	return []ginlimit.Option{
+		ginlimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
+		ginlimit.WithPlanFunc(stored("X-Plan")),
+		ginlimit.WithCostFunc(func(c *gin.Context) (int64, error) {
+			v := c.GetString("X-Cost")
+			if v == "" {
+				return 1, nil
+			}
+			return strconv.ParseInt(v, 10, 64)
+		}),
+		ginlimit.WithSkipFunc(func(c *gin.Context) bool { return c.GetString("X-Skip") == "1" }),
+	}
+}
+
 func TestConformance(t *testing.T) {
-	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveGin})
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveGin, ServeApp: serveApp})
 }

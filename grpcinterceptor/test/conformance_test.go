@@ -35,6 +35,14 @@ var harness = conformance.GRPCHarness{
 		}
 		return s
 	},
+	Native: func(t testing.TB, fns conformance.GRPCNativeFuncs) []flow.Option {
+		return []flow.Option{
+			grpcinterceptor.WithKeyFunc(core.ScopeUser, fns.User),
+			grpcinterceptor.WithPlanFunc(fns.Plan),
+			grpcinterceptor.WithCostFunc(fns.Cost),
+			grpcinterceptor.WithSkipFunc(fns.Skip),
+		}
+	},
 }
 
 func TestConformance(t *testing.T) {

@@ -11,19 +11,26 @@ import (
 	"github.com/bucketry/ratelimit/core"
 )
 
-// wantArgs formats l's script arguments independently of LimitArgs.
+// wantArgs formats l's script arguments independently of LimitArgs: a
+// limit longer than 100 days (at microsecond resolution) has its
+// algorithm's code plus 5.
 func wantArgs(l *core.Limit) [5]string {
+	long := 0
+	if l.Resolution() == time.Microsecond {
+		long = 5
+	}
+	code := func(c int) string { return strconv.Itoa(c + long) }
 	switch l.Algorithm() {
 	case core.AlgTokenBucket:
-		return [5]string{"1", strconv.FormatInt(int64(l.Interval()), 10), strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0"}
+		return [5]string{code(1), strconv.FormatInt(int64(l.Interval()), 10), strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0"}
 	case core.AlgShaping:
-		return [5]string{"2", strconv.FormatInt(int64(l.Interval()), 10), strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), strconv.FormatInt(int64(l.MaxWait()), 10)}
+		return [5]string{code(2), strconv.FormatInt(int64(l.Interval()), 10), strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), strconv.FormatInt(int64(l.MaxWait()), 10)}
 	case core.AlgFixedWindow:
-		return [5]string{"3", strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0", "0"}
+		return [5]string{code(3), strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0", "0"}
 	case core.AlgSlidingWindow:
-		return [5]string{"4", strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0", "0"}
+		return [5]string{code(4), strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0", "0"}
 	case core.AlgSlidingLog:
-		return [5]string{"5", strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0", "0"}
+		return [5]string{code(5), strconv.FormatInt(int64(l.Window()), 10), strconv.FormatInt(l.Burst(), 10), "0", "0"}
 	}
 	return [5]string{}
 }

@@ -184,8 +184,10 @@ func recentSlot(addr uintptr) *atomic.Pointer[argsEntry] {
 }
 
 // LimitArgs returns the five script arguments describing l, as strings in
-// interfaces. A lookup allocates nothing once l has been seen. It is safe
-// for concurrent use.
+// interfaces: its algorithm code (1 to 5, or 6 to 10 for a limit longer
+// than 100 days, which decides at microsecond resolution, see
+// core.Limit.Resolution) and four numbers (see take.lua). A lookup
+// allocates nothing once l has been seen. It is safe for concurrent use.
 func LimitArgs(l *core.Limit) *[5]any {
 	addr := uintptr(unsafe.Pointer(l))
 	slot := recentSlot(addr)
@@ -210,7 +212,7 @@ func addLimitArgs(l *core.Limit, addr uintptr) *argsEntry {
 	switch l.Algorithm() {
 	case core.AlgTokenBucket, core.AlgShaping:
 		e.args = [5]any{
-			strconv.Itoa(algCode(l.Algorithm())),
+			strconv.Itoa(algCode(l)),
 			strconv.FormatInt(int64(l.Interval()), 10),
 			strconv.FormatInt(int64(l.Window()), 10),
 			strconv.FormatInt(l.Burst(), 10),
@@ -218,7 +220,7 @@ func addLimitArgs(l *core.Limit, addr uintptr) *argsEntry {
 		}
 	default:
 		e.args = [5]any{
-			strconv.Itoa(algCode(l.Algorithm())),
+			strconv.Itoa(algCode(l)),
 			strconv.FormatInt(int64(l.Window()), 10),
 			strconv.FormatInt(l.Burst(), 10),
 			"0", "0",
@@ -255,20 +257,29 @@ func dropLimitArgs(e *argsEntry) {
 	recentSlot(e.addr).CompareAndSwap(e, nil)
 }
 
-func algCode(a core.Algorithm) int {
-	switch a {
+// algCode returns the script's code of l's algorithm: 1 to 5, plus 5 for a
+// limit that decides at microsecond resolution (longer than 100 days), so
+// that the script knows without another argument per bucket; 0 for none.
+func algCode(l *core.Limit) int {
+	var c int
+	switch l.Algorithm() {
 	case core.AlgTokenBucket:
-		return 1
+		c = 1
 	case core.AlgShaping:
-		return 2
+		c = 2
 	case core.AlgFixedWindow:
-		return 3
+		c = 3
 	case core.AlgSlidingWindow:
-		return 4
+		c = 4
 	case core.AlgSlidingLog:
-		return 5
+		c = 5
+	default:
+		return 0
 	}
-	return 0
+	if l.Resolution() == time.Microsecond {
+		c += 5
+	}
+	return c
 }
 
 // small holds the decimal strings of 0..1023 in interfaces, so that costs,

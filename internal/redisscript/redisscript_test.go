@@ -140,6 +140,45 @@ func TestBuilder(t *testing.T) {
 	}
 }
 
+// TestLimitArgsLong: a limit longer than 100 days, which decides in whole
+// microseconds, has its algorithm's code plus 5, and its interval and wait
+// rounded as core rounds them.
+func TestLimitArgsLong(t *testing.T) {
+	day := 24 * time.Hour
+	p, err := core.NewPolicy(
+		core.Rule{Name: "a", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerDay(1), 100)},
+		core.Rule{Name: "b", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerDay(1), 101)},
+		core.Rule{Name: "c", Scope: core.ScopeUser, Limit: core.Shaping(core.Every(100*day+1), 3, 50*day+1999)},
+		core.Rule{Name: "d", Scope: core.ScopeUser, Limit: core.FixedWindow(7, 100*day)},
+		core.Rule{Name: "e", Scope: core.ScopeUser, Limit: core.FixedWindow(7, 100*day+time.Millisecond)},
+		core.Rule{Name: "f", Scope: core.ScopeUser, Limit: core.SlidingWindow(7, 400*day)},
+		core.Rule{Name: "g", Scope: core.ScopeUser, Limit: core.SlidingLog(7, 200*day)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][5]string{
+		{"1", "86400000000000", "8640000000000000", "100", "0"},
+		{"6", "86400000000000", "8726400000000000", "101", "0"},
+		{"7", "8640000000001000", "25920000000003000", "3", "4320000000001000"},
+		{"3", "8640000000000000", "7", "0", "0"},
+		{"8", "8640000001000000", "7", "0", "0"},
+		{"9", "34560000000000000", "7", "0", "0"},
+		{"10", "17280000000000000", "7", "0", "0"},
+	}
+	rules := p.Rules()
+	for i := range rules {
+		got := LimitArgs(&rules[i].Limit)
+		for k := range want[i] {
+			if s, _ := got[k].(string); s != want[i][k] {
+				t.Errorf("LimitArgs(%v) = %v, want %q", rules[i].Limit, *got, want[i])
+				break
+			}
+		}
+		checkArgs(t, &rules[i].Limit)
+	}
+}
+
 func TestDecode(t *testing.T) {
 	states := make([]core.BucketState, 1)
 	c := []*Call{{States: states}}

@@ -50,7 +50,7 @@ func TestKindOf(t *testing.T) {
 		{"adapters/redistests", TestOrTool},
 		{"adapters/test", TestOrTool},
 		{"gin/test", TestOrTool},
-		{"echo", Unknown},
+		{"httprouter", Unknown},
 		{"adapters/postgres", Unknown},
 	} {
 		if got := kindOf(tc.dir); got != tc.want {
@@ -146,14 +146,14 @@ require (
 		{
 			name: "a project module outside the workspace",
 			dir:  "core",
-			mod:  "module github.com/bucketry/ratelimit/core\ngo 1.25\nrequire github.com/bucketry/ratelimit/echo v0.1.0\n",
-			want: []string{"core/go.mod:3: require github.com/bucketry/ratelimit/echo v0.1.0: not a module of the workspace"},
+			mod:  "module github.com/bucketry/ratelimit/core\ngo 1.25\nrequire github.com/bucketry/ratelimit/httprouter v0.1.0\n",
+			want: []string{"core/go.mod:3: require github.com/bucketry/ratelimit/httprouter v0.1.0: not a module of the workspace"},
 		},
 		{
 			name: "an unclassified module",
-			dir:  "echo",
-			mod:  "module github.com/bucketry/ratelimit/echo\ngo 1.26.0\n",
-			want: []string{"echo/go.mod: module github.com/bucketry/ratelimit/echo: neither a library nor a test or tool module"},
+			dir:  "httprouter",
+			mod:  "module github.com/bucketry/ratelimit/httprouter\ngo 1.26.0\n",
+			want: []string{"httprouter/go.mod: module github.com/bucketry/ratelimit/httprouter: neither a library nor a test or tool module"},
 		},
 		{
 			name: "a test module may do anything",

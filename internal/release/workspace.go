@@ -18,7 +18,7 @@ const rootPath = "github.com/bucketry/ratelimit"
 // libraryDirs are the library modules: those users require, released
 // together at one version.
 var libraryDirs = []string{
-	"core", "keyfuncs", "flow", "nethttp", "gin", "fiber", "grpcinterceptor",
+	"core", "keyfuncs", "flow", "nethttp", "gin", "fiber", "grpcinterceptor", "chi", "echo",
 	"adapters/goredis", "adapters/rueidis", "internal/redisscript",
 }
 

@@ -191,7 +191,13 @@ func TestLocalDenialFlood(t *testing.T) {
 				t.Fatalf("first take: %+v, want allowed", tk.States[0])
 			}
 			// The bucket's TAT, read behind the store's back.
-			v, err := tc.client.Do(context.Background(), tc.client.B().Get().Key(st.Key("r", "flood")).Build()).AsInt64()
+			// The value is "tat:tau", in Unix ns and ns.
+			raw, err := tc.client.Do(context.Background(), tc.client.B().Get().Key(st.Key("r", "flood")).Build()).ToString()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tatText, _, _ := strings.Cut(raw, ":")
+			v, err := strconv.ParseInt(tatText, 10, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -334,25 +340,27 @@ func TestOtherInstanceInvalidates(t *testing.T) {
 }
 
 // TestRuleChange: a local denial is recomputed from state under the rule of
-// the request, so a roomier rule for the same bucket admits at once.
+// the request: the bucket, half full under a burst of 2, denies a cost of 2
+// locally; under a rule with twice the burst at twice the rate (the same
+// fill time) it keeps its share, half, and admits that cost at once.
 func TestRuleChange(t *testing.T) {
 	srv := sharedStandalone(t)
 	clock := core.NewManualClock(t0)
 	st := mustStore(t, newClient(t, standaloneOpt(srv)), rstore.WithClientClock(clock), rstore.WithLocalDenials())
-	ls := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1), core.TokenBucket(core.PerMinute(1), 3))
+	ls := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 2), core.TokenBucket(core.PerMinute(2), 4))
 	tight := core.Bucket{Rule: "r", Key: "u", Limit: ls[0]}
 	roomy := core.Bucket{Rule: "r", Key: "u", Limit: ls[1]}
 	redistests.Take(t, st, time.Time{}, 1, tight)
 	for range 5 {
-		if tk := redistests.Take(t, st, time.Time{}, 1, tight); redistests.Allowed(tk) {
-			t.Fatal("allowed past the burst")
+		if tk := redistests.Take(t, st, time.Time{}, 2, tight); redistests.Allowed(tk) {
+			t.Fatal("a cost of 2 allowed with 1 token left")
 		}
 	}
 	if s := st.Stats(); s.Local < 3 {
 		t.Fatalf("stats %+v, want local denials", s)
 	}
-	if tk := redistests.Take(t, st, time.Time{}, 1, roomy); !redistests.Allowed(tk) || tk.States[0].Remaining != 1 {
-		t.Fatalf("under the roomier rule: %+v, want allowed with 1 remaining", tk.States[0])
+	if tk := redistests.Take(t, st, time.Time{}, 2, roomy); !redistests.Allowed(tk) || tk.States[0].Remaining != 0 {
+		t.Fatalf("under the roomier rule: %+v, want allowed with 0 remaining", tk.States[0])
 	}
 }
 

@@ -22,10 +22,12 @@ import (
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
 
-// Search is the scope of the tier that only the search route has, keyed by
-// the user there and absent elsewhere (see OnRoute): it makes search
-// stricter than the other routes.
-var Search = core.Dimension("search")
+// SearchRoutes are the routes of the search tier, which makes search
+// stricter than the other routes: the HTTP route and the gRPC method.
+var SearchRoutes = []string{"GET /search", SearchMethod}
+
+// SearchMethod is the gRPC example's search method.
+const SearchMethod = "/example.Items/Search"
 
 // Rules returns the tiers of every example. The numbers are small so that a
 // few requests with curl reach each of them:
@@ -36,22 +38,28 @@ var Search = core.Dimension("search")
 //	search    pro plan    10 searches at once, then 1 a second
 //	global    everyone    100 at once, then 100 a second
 //
-// A request must pass every tier that applies to it. Anonymous requests (no
-// user) have no per-user or search tier: only the global one limits them.
+// A request must pass every tier that applies to it, all decided at once:
+// a search the search tier denies takes nothing from per-user. Anonymous
+// requests (no user) have no per-user or search tier: only the global one
+// limits them. A request of no plan, or of a plan no rule names, gets the
+// free plan's tiers (Plans).
 func Rules() []core.Rule {
 	return []core.Rule{
 		{Name: "per-user", Scope: core.ScopeUser, Plan: "free", Limit: core.TokenBucket(core.PerMinute(10), 5)},
 		{Name: "per-user", Scope: core.ScopeUser, Plan: "pro", Limit: core.TokenBucket(core.PerSecond(10), 50)},
-		{Name: "search", Scope: Search, Plan: "free", Limit: core.TokenBucket(core.PerMinute(6), 2)},
-		{Name: "search", Scope: Search, Plan: "pro", Limit: core.TokenBucket(core.PerSecond(1), 10)},
+		{Name: "search", Scope: core.ScopeUser, Plan: "free", Routes: SearchRoutes, Limit: core.TokenBucket(core.PerMinute(6), 2)},
+		{Name: "search", Scope: core.ScopeUser, Plan: "pro", Routes: SearchRoutes, Limit: core.TokenBucket(core.PerSecond(1), 10)},
 		{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerSecond(100), 100)},
 	}
 }
 
+// Plans gives requests of no plan or an unknown one the free plan.
+var Plans = core.Plans{Default: "free"}
+
 // NewLimiter returns a limiter with Rules and opts on store, or on a new
 // in-memory store when store is nil.
 func NewLimiter(store core.Store, opts ...core.Option) (*core.Limiter, error) {
-	policy, err := core.NewPolicy(Rules()...)
+	policy, err := core.NewPlanPolicy(Plans, Rules()...)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +77,10 @@ func NewLimiter(store core.Store, opts ...core.Option) (*core.Limiter, error) {
 //     request. X-User stands for what an authenticating gateway sets: a
 //     client can send any value, so a real service takes the user from its
 //     authentication (keyfuncs.FromContext).
-//   - plan: "pro" when the X-Plan field says so, else "free". Like X-User, a
-//     real service reads the plan from its own records, not from the client.
+//   - plan: the X-Plan field; ErrNotApplicable when absent, and the policy
+//     gives the request its default plan, as it does a plan no rule names.
+//     Like X-User, a real service reads the plan from its own records, not
+//     from the client.
 func Keys() (user, plan keyfuncs.Func, err error) {
 	userField, err := keyfuncs.Header("X-User")
 	if err != nil {
@@ -91,26 +101,7 @@ func Keys() (user, plan keyfuncs.Func, err error) {
 		}
 		return u, err
 	}
-	plan = func(r keyfuncs.Request) (string, error) {
-		if p, _ := planField(r); p == "pro" {
-			return "pro", nil
-		}
-		return "free", nil
-	}
-	return user, plan, nil
-}
-
-// OnRoute returns a key function that is fn on requests to route, the
-// router's template ("GET /search" for net/http, "/search" for gin and
-// fiber) or the gRPC full method, and ErrNotApplicable on every other
-// request: it gives a tier to one route only.
-func OnRoute(route string, fn keyfuncs.Func) keyfuncs.Func {
-	return func(r keyfuncs.Request) (string, error) {
-		if r.Route() != route && r.FullMethod() != route {
-			return "", keyfuncs.ErrNotApplicable
-		}
-		return fn(r)
-	}
+	return user, planField, nil
 }
 
 // Flags are the command-line flags that choose the store. The zero value

@@ -32,13 +32,13 @@ func TestKeys(t *testing.T) {
 		user, plan string
 		anonymous  bool
 	}{
-		{"anonymous", nil, "", "free", true},
-		{"X-User", map[string][]string{"X-User": {"ann"}}, "ann", "free", false},
+		{"anonymous", nil, "", "", true},
+		{"X-User", map[string][]string{"X-User": {"ann"}}, "ann", "", false},
 		{"gRPC metadata", map[string][]string{"x-user": {"ann"}, "x-plan": {"pro"}}, "ann", "pro", false},
-		{"bearer token", map[string][]string{"Authorization": {"Bearer s3cret"}}, token, "free", false},
-		{"X-User before the token", map[string][]string{"X-User": {"ann"}, "Authorization": {"Bearer s3cret"}}, "ann", "free", false},
+		{"bearer token", map[string][]string{"Authorization": {"Bearer s3cret"}}, token, "", false},
+		{"X-User before the token", map[string][]string{"X-User": {"ann"}, "Authorization": {"Bearer s3cret"}}, "ann", "", false},
 		{"pro", map[string][]string{"X-User": {"bob"}, "X-Plan": {"pro"}}, "bob", "pro", false},
-		{"unknown plan", map[string][]string{"X-User": {"bob"}, "X-Plan": {"gold"}}, "bob", "free", false},
+		{"unknown plan", map[string][]string{"X-User": {"bob"}, "X-Plan": {"gold"}}, "bob", "gold", false},
 	} {
 		r := keyfuncs.Static{Header: tc.header}
 		u, err := user(r)
@@ -49,38 +49,13 @@ func TestKeys(t *testing.T) {
 		} else if u != tc.user || err != nil {
 			t.Errorf("%s: user = %q, %v; want %q", tc.name, u, err, tc.user)
 		}
-		if p, err := plan(r); p != tc.plan || err != nil {
-			t.Errorf("%s: plan = %q, %v; want %q", tc.name, p, err, tc.plan)
-		}
-	}
-}
-
-func TestOnRoute(t *testing.T) {
-	user, _, err := Keys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ann := map[string][]string{"X-User": {"ann"}}
-	for _, tc := range []struct {
-		name  string
-		route string
-		r     keyfuncs.Static
-		want  string // "" for ErrNotApplicable
-	}{
-		{"net/http", "GET /search", keyfuncs.Static{RouteTemplate: "GET /search", Header: ann}, "ann"},
-		{"other route", "GET /search", keyfuncs.Static{RouteTemplate: "GET /items/{id}", Header: ann}, ""},
-		{"gRPC", "/example.Items/Search", keyfuncs.Static{RPCMethod: "/example.Items/Search", Header: ann}, "ann"},
-		{"other method", "/example.Items/Search", keyfuncs.Static{RPCMethod: "/example.Items/Get", Header: ann}, ""},
-		{"anonymous", "/search", keyfuncs.Static{RouteTemplate: "/search"}, ""},
-		{"no route", "/search", keyfuncs.Static{Header: ann}, ""},
-	} {
-		got, err := OnRoute(tc.route, user)(tc.r)
-		if tc.want == "" {
+		p, err := plan(r)
+		if tc.plan == "" {
 			if !errors.Is(err, keyfuncs.ErrNotApplicable) {
-				t.Errorf("%s: OnRoute(%q) = %q, %v; want ErrNotApplicable", tc.name, tc.route, got, err)
+				t.Errorf("%s: plan = %q, %v; want ErrNotApplicable (the default plan)", tc.name, p, err)
 			}
-		} else if got != tc.want || err != nil {
-			t.Errorf("%s: OnRoute(%q) = %q, %v; want %q", tc.name, tc.route, got, err, tc.want)
+		} else if p != tc.plan || err != nil {
+			t.Errorf("%s: plan = %q, %v; want %q", tc.name, p, err, tc.plan)
 		}
 	}
 }
@@ -142,9 +117,8 @@ func TestRedis(t *testing.T) {
 // must be new: two searches, then three more requests of any kind.
 func checkTiers(t *testing.T, limiter *core.Limiter, user string) {
 	t.Helper()
-	name, _ := Search.Dimension()
-	search := core.Request{User: user, Plan: "free", Dims: []core.Dim{{Name: name, Value: user}}}
-	items := core.Request{User: user, Plan: "free"}
+	search := core.Request{User: user, Method: "GET", Route: "/search"}
+	items := core.Request{User: user, Plan: "gold", Method: "GET", Route: "/items/{id}"} // gold: unknown, so free
 	for i, tc := range []struct {
 		req     core.Request
 		allowed bool

@@ -77,10 +77,15 @@ func (c *denials) answer(keys []string, t *core.Take, now time.Time) bool {
 	for i, st := range d.states {
 		// Counted from when the reply came, which is no earlier than when
 		// Redis decided: the reported wait is never shorter than the real.
-		if st.RetryAfter > 0 {
-			st.RetryAfter = max(st.RetryAfter-elapsed, time.Nanosecond)
+		// A limit at microsecond resolution counts from the microsecond.
+		el := elapsed
+		if l := d.limits[i].Value(); l != nil && l.Resolution() == time.Microsecond {
+			el = max(now.Truncate(time.Microsecond).Sub(d.recv.Truncate(time.Microsecond)), 0)
 		}
-		st.ResetAfter = max(st.ResetAfter-elapsed, 0)
+		if st.RetryAfter > 0 {
+			st.RetryAfter = max(st.RetryAfter-el, time.Nanosecond)
+		}
+		st.ResetAfter = max(st.ResetAfter-el, 0)
 		t.States[i] = st
 	}
 	t.At = d.at.Add(elapsed)
@@ -108,7 +113,15 @@ func (c *denials) record(keys []string, t *core.Take, sent, recv time.Time) {
 		return
 	}
 	// Built before locking: weak.Make looks the limit up in the runtime.
-	d := &denial{cost: t.Cost, until: sent.Add(until), recv: recv, at: t.At, permanent: permanent && until < 0}
+	// A limit at microsecond resolution counts its waits from the
+	// microsecond: so does the denial.
+	from := sent
+	for i := range t.Buckets {
+		if t.Buckets[i].Limit.Resolution() == time.Microsecond {
+			from = sent.Truncate(time.Microsecond)
+		}
+	}
+	d := &denial{cost: t.Cost, until: from.Add(until), recv: recv, at: t.At, permanent: permanent && until < 0}
 	d.limits = make([]weak.Pointer[core.Limit], len(t.Buckets))
 	for i := range t.Buckets {
 		d.limits[i] = weak.Make(t.Buckets[i].Limit)

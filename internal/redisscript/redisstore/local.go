@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,10 +18,13 @@ import (
 // the rueidis store). The rueidis package documentation states the argument;
 // the comments here say which step each piece serves.
 //
-// A token bucket's stored value is its theoretical arrival time (TAT), a
-// decimal Unix-ns string, in the script's time base (the server's TIME or
-// the client clock). Takes only raise it; a refund, a reset (DEL) and the
-// key's expiry lower it. With a larger TAT and an earlier time a bucket holds
+// A token bucket's stored value is "tat:tau": its theoretical arrival time
+// (TAT), a decimal Unix-ns string in the script's time base (the server's
+// TIME or the client clock), and the fill time it was written under. Takes
+// under that fill time only raise the TAT; a refund, a reset (DEL), the
+// key's expiry and a take under another fill time (a changed limit, which
+// rescales it) may lower it, so a value written under another fill time
+// than the request's limit is never decided locally. With a larger TAT and an earlier time a bucket holds
 // fewer tokens, so core's Decide, run on a TAT no larger than the real one at
 // a time no earlier than the real one, denies only when Redis would.
 
@@ -119,11 +123,14 @@ func (c *local) serverNow(slot int, now time.Time) (lo, hi int64, ok bool) {
 // observed is what a script's state for a token bucket says about its
 // stored TAT, the script having decided at at: ResetAfter is TAT - at when
 // positive, exactly (integer nanoseconds); zero means TAT <= at or absent.
-func observed(st core.BucketState, at time.Time, sent, recv time.Time) obs {
+func observed(st core.BucketState, res time.Duration, at time.Time, sent, recv time.Time) obs {
 	a := at.UnixNano()
+	// At microsecond resolution the script decided at the microsecond, on
+	// the TAT rounded up to it.
+	a -= a % int64(res)
 	if st.ResetAfter > 0 {
 		v := a + int64(st.ResetAfter)
-		return obs{lo: v, hi: v, sent: sent, recv: recv}
+		return obs{lo: v - int64(res) + 1, hi: v, sent: sent, recv: recv}
 	}
 	return obs{lo: 0, hi: a, sent: sent, recv: recv}
 }
@@ -172,7 +179,7 @@ func (c *local) record(keys []string, t *core.Take, sent, recv time.Time) {
 	seen := arr[:0]
 	for i := range t.Buckets {
 		if isBucket(t.Buckets[i].Limit) {
-			seen = append(seen, sighting{key: keys[i], o: observed(t.States[i], t.At, sent, recv)})
+			seen = append(seen, sighting{key: keys[i], o: observed(t.States[i], t.Buckets[i].Limit.Resolution(), t.At, sent, recv)})
 		}
 	}
 	c.recordAll(seen, t.Cost, func(yield func(core.BucketState) bool) {
@@ -373,8 +380,16 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 		return false, nil // a read is never denied
 	}
 	for i := range t.Buckets {
-		if !isBucket(t.Buckets[i].Limit) {
-			return false, nil // window algorithms always go to Redis
+		if t.Buckets[i].Limit.Algorithm() != core.AlgTokenBucket {
+			// Window algorithms always go to Redis, and so does shaping,
+			// whose queue may hold a bucket past its fill time.
+			return false, nil
+		}
+		if t.Buckets[i].Limit.Resolution() != time.Nanosecond {
+			// Limits longer than 100 days decide in microseconds, from
+			// times rounded to them: Redis decides those, rare as their
+			// floods are.
+			return false, nil
 		}
 	}
 	var arr [4]view
@@ -428,6 +443,12 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 		tats = make([]int64, 0, len(keys))
 	}
 	tats = tats[:len(keys)]
+	var spanArr [4]int64
+	spans := spanArr[:0]
+	if len(keys) > len(spanArr) {
+		spans = make([]int64, 0, len(keys))
+	}
+	spans = spans[:len(keys)]
 	hits := true
 	usable := true
 	for i := range vals {
@@ -437,14 +458,20 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 			s.n.misses.Add(1)
 			hits = false
 		}
-		v, ok, err := cachedTAT(&vals[i])
+		v, span, ok, err := cachedTAT(&vals[i])
 		if err != nil {
 			return false, err
 		}
 		if !ok || !views[i].accepts(v) {
 			usable = false
 		}
-		tats[i] = v
+		if span != 0 && span != int64(t.Buckets[i].Limit.Window()) {
+			// Written under another limit (a rule or tenant whose limit
+			// changed): the take rescales it, which may give tokens back.
+			// Only Redis decides such a take.
+			usable = false
+		}
+		tats[i], spans[i] = v, span
 	}
 	if !usable {
 		return false, nil
@@ -456,7 +483,7 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 		}
 		// The latest time Redis could decide at, on a TAT no larger than
 		// Redis holds: if this denies, Redis denies.
-		st, _ := t.Buckets[i].Limit.Decide(&core.State{A: tats[i]}, ub[i], t.Cost)
+		st, _ := t.Buckets[i].Limit.Decide(&core.State{A: tats[i], Span: spans[i]}, ub[i], t.Cost)
 		if !st.Allowed {
 			denied = true
 			break
@@ -471,7 +498,7 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 	// balance as it stands, read with cost 0.
 	var at int64
 	for i := range t.Buckets {
-		l, state := t.Buckets[i].Limit, core.State{A: tats[i]}
+		l, state := t.Buckets[i].Limit, core.State{A: tats[i], Span: spans[i]}
 		st, _ := l.Decide(&state, lb[i], t.Cost)
 		if st.Allowed {
 			st, _ = l.Decide(&state, lb[i], 0)
@@ -488,22 +515,29 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 	return true, nil
 }
 
-// cachedTAT parses a bucket's stored value as read through the cache: a
-// decimal Unix-ns TAT, or absent (0). ok is false for a value that is not a
+// cachedTAT parses a bucket's stored value as read through the cache:
+// "tat:tau", a decimal Unix-ns TAT and the fill time in ns it was written
+// under (span; 0 when the value has no tau), or absent (0). ok is false for a value that is not a
 // token bucket's (the rule changed algorithm): Redis decides then. A value
 // that is not a string is an error wrapping redisscript.ErrReply.
-func cachedTAT(c *Cached) (v int64, ok bool, err error) {
+func cachedTAT(c *Cached) (v, span int64, ok bool, err error) {
 	switch {
 	case c.Err != nil && errors.Is(c.Err, redisscript.ErrReply):
-		return 0, false, c.Err
+		return 0, 0, false, c.Err
 	case c.Err != nil:
-		return 0, false, fmt.Errorf("ratelimit: redis: %w", c.Err)
+		return 0, 0, false, fmt.Errorf("ratelimit: redis: %w", c.Err)
 	case c.Absent:
-		return 0, true, nil
+		return 0, 0, true, nil
 	}
-	v, err = strconv.ParseInt(c.Value, 10, 64)
+	tat, tau, _ := strings.Cut(c.Value, ":")
+	v, err = strconv.ParseInt(tat, 10, 64)
 	if err != nil || v < 0 {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
-	return v, true, nil
+	if tau != "" {
+		if span, err = strconv.ParseInt(tau, 10, 64); err != nil || span < 0 {
+			return 0, 0, false, nil
+		}
+	}
+	return v, span, true, nil
 }

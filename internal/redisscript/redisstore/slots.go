@@ -277,8 +277,10 @@ func (s *Store) multi(ctx context.Context, groups []*group) error {
 // refund, which lowers what the take raised.
 func (s *Store) recordSlots(groups []*group, t *core.Take, err error) {
 	if err != nil {
-		// Takes only raise values, which a stale copy cannot hide; a
-		// refund whose answer is lost may have lowered them.
+		// Takes under an unchanged limit only raise values, which a
+		// stale copy cannot hide (a copy of another limit is never
+		// decided locally); a refund whose answer is lost may have
+		// lowered them.
 		for _, g := range groups {
 			if g.refunded {
 				s.local.forget(g.call.Keys, g.sent, g.recv)
@@ -290,7 +292,7 @@ func (s *Store) recordSlots(groups []*group, t *core.Take, err error) {
 	for _, g := range groups {
 		for k := range g.idx {
 			if isBucket(g.call.Buckets[k].Limit) {
-				o := observed(g.call.States[k], g.at, g.sent, g.recv)
+				o := observed(g.call.States[k], g.call.Buckets[k].Limit.Resolution(), g.at, g.sent, g.recv)
 				seen = append(seen, sighting{key: g.call.Keys[k], o: o, lowered: g.refunded})
 			}
 		}

@@ -1,0 +1,196 @@
+package chilimit
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
+)
+
+// Middleware limits the requests of a chi router, group or route with one
+// core.Limiter and one set of options. Build it once with New and install
+// its Handler with r.Use. A Middleware is safe for concurrent use; its
+// configuration is immutable after New.
+type Middleware struct {
+	engine  *flow.Engine
+	deny    DenyHandler  // nil: the problem body
+	onError ErrorHandler // nil: the status text
+	routes  resolver
+}
+
+// New returns a Middleware that limits requests with limiter. It fails with
+// an error wrapping core.ErrInvalidOption for a nil limiter, a nil or
+// invalid option, an option of another adapter, a scope given two key
+// functions, or an enabled rule of the limiter's policy whose scope has no
+// key function.
+//
+// New returns a type rather than a bare func(http.Handler) http.Handler so
+// that one validated configuration can be installed at several places; its
+// Handler method has that signature, which r.Use and r.With take.
+func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
+	// Names spelled as http.Header stores them, which spares a
+	// canonicalization per field and response.
+	canonical := flow.WithHeaderOptions(core.WithNameCase(core.NamesCanonical))
+	e, err := flow.New(limiter, adapter, []flow.Option{canonical}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{engine: e}
+	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
+	return m, nil
+}
+
+// Handler returns a handler that limits requests and passes those allowed
+// to next: chi middleware, for r.Use(m.Handler) and r.With(m.Handler).
+//
+// For each request it derives the keys, plan and cost, asks the limiter
+// (waiting out a shaping delay), and then:
+//
+//   - allowed: sets the rate-limit header fields (see
+//     flow.WithHeadersOnAllow), replacing any set before, and calls next;
+//   - denied: sets the header fields, Retry-After and Cache-Control, and
+//     answers 429 with an application/problem+json quota-exceeded body, or
+//     503 when the store failed and the limiter fails closed (see
+//     WithDenyHandler); next is not called;
+//   - skipped (flow.WithSkip): calls next, with no header fields;
+//   - not decidable: calls the error handler (see WithErrorHandler); next is
+//     not called.
+//
+// The route (the endpoint scope's key, and what core.Rule.Routes select)
+// is chi's pattern of the route the request reaches, with the prefixes of
+// the routers it is mounted in and without regular expressions, and
+// without the method: "/api/items/{id}" for "/items/{id:[0-9]+}" in a
+// router mounted at "/api" (see flow.BraceRoute), "" when no route matches
+// (chi's 404 and 405). Install the middleware once, on the root router
+// with r.Use, before the routes: chi runs it before it routes the request,
+// and the middleware asks the router which route the request will reach
+// (chi.Routes.Find on the path chi will route), following mounted routers.
+// Under r.With or a Group's r.Use it reads the route chi has matched;
+// under r.Use in a mounted router, or r.With on a Mount, it reads the
+// mounts chi has matched and asks the mounted router for the rest. Around
+// a chi router, m.Handler(r), it asks that router, and the handler it
+// returns is a chi.Routes too, so that the routes of a router mounted
+// through it, r.Mount("/api", m.Handler(api)), stay in sight of
+// chi.Routes.Find and chi.Walk. A router mounted through any other
+// handler, r.Mount("/admin", auth(admin)), is out of sight, of Find as of
+// the middleware: before it routes, the route is the mount's, "/admin/{*}".
+// Outside chi (around a handler that is not a chi router, with no chi
+// routing context) the route is unknown, and a request to which a rule
+// that needs it could apply fails with flow.ErrRouteUnknown through the
+// error handler, rather than skipping that tier. A middleware that changes
+// how chi routes the request (middleware.StripSlashes,
+// middleware.CleanPath, middleware.GetHead) must run before this one, as
+// it would for any middleware that reads the route.
+//
+// A request passes the middleware once: if it runs again on the same
+// request (r.Use and r.With), the second run calls next without charging;
+// a second Middleware over the same limiter fails the request with
+// flow.ErrInstalledTwice. Handler panics if next is nil, as chi's Mount
+// does, when the route is wired rather than under load.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		panic("chilimit: Handler: nil next handler")
+	}
+	h := &handler{m: m, next: next}
+	if routes, ok := next.(chi.Routes); ok {
+		h.routes = routes
+		return routerHandler{h}
+	}
+	return h
+}
+
+type handler struct {
+	m      *Middleware
+	next   http.Handler
+	routes chi.Routes // next, when it is a chi router: the route is resolved through it
+}
+
+// routerHandler is the handler around a chi router: a chi.Routes itself,
+// whose routes are the router's, so that a router that mounts it,
+// r.Mount("/api", m.Handler(api)), and chi.Walk see the routes through
+// the middleware, as they see those of a router mounted bare.
+type routerHandler struct{ *handler }
+
+var _ chi.Routes = routerHandler{}
+
+// Routes returns the wrapped router's routes.
+func (h routerHandler) Routes() []chi.Route { return h.routes.Routes() }
+
+// Middlewares returns the middleware, then the wrapped router's.
+func (h routerHandler) Middlewares() chi.Middlewares {
+	return append(chi.Middlewares{h.m.Handler}, h.routes.Middlewares()...)
+}
+
+// Match reports whether the wrapped router has a route for method and
+// path; see chi.Routes.
+func (h routerHandler) Match(rctx *chi.Context, method, path string) bool {
+	return h.routes.Match(rctx, method, path)
+}
+
+// Find returns the pattern of the wrapped router's route for method and
+// path; see chi.Routes.
+func (h routerHandler) Find(rctx *chi.Context, method, path string) string {
+	return h.routes.Find(rctx, method, path)
+}
+
+// ServeHTTP limits one request.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	prev := flow.MarkFrom(r.Context())
+	if res, ok := m.engine.Seen(prev); ok {
+		h.answer(w, r, &res, r)
+		return
+	}
+	// The request next gets: its context records this middleware. It is
+	// our own copy, so while Check runs its Pattern can carry chi's
+	// pattern of the route the request reaches, which the view reports;
+	// next gets the Pattern the request came with, which chi sets when it
+	// routes.
+	marked := r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
+	pattern, known := m.routes.route(r, h.routes)
+	came := marked.Pattern
+	marked.Pattern = pattern
+	var res flow.Result
+	if known {
+		res = m.engine.Check(request{marked})
+	} else {
+		res = m.engine.Check(unrouted{request{marked}})
+	}
+	marked.Pattern = came
+	h.answer(w, r, &res, marked)
+}
+
+// answer acts on res: next gets marked, handlers r.
+func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Result, marked *http.Request) {
+	m := h.m
+	switch res.Outcome {
+	case flow.Proceed:
+		m.engine.SetHTTPHeaders(w.Header(), res)
+		h.next.ServeHTTP(w, marked)
+	case flow.Skipped:
+		h.next.ServeHTTP(w, marked)
+	case flow.Denied, flow.Unavailable:
+		m.engine.SetHTTPHeaders(w.Header(), res)
+		if m.deny != nil {
+			d := res.Decision // the handler's own copy
+			m.deny(w, r, &d)
+			return
+		}
+		w.Header().Set("Content-Type", flow.ContentTypeProblem)
+		w.WriteHeader(res.Outcome.HTTPStatus())
+		// A write error means the client is gone; there is nobody to tell.
+		_ = m.engine.WriteProblem(w, res)
+	default: // BadInput, Failed, ClientGone
+		if m.onError != nil {
+			m.onError(w, r, res.Err)
+			return
+		}
+		if status := res.Outcome.HTTPStatus(); status != 0 {
+			// The status text only: Err may name keys, rules or a store
+			// address.
+			http.Error(w, http.StatusText(status), status)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package chilimit
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// request is the keyfuncs.Request view of an *http.Request whose route the
+// middleware has resolved: the request's own copy, whose Pattern holds,
+// while Check runs, chi's pattern of the route the request reaches (see
+// Middleware.Handler), "" for none. A struct of one pointer is stored in an
+// interface as the pointer itself, so making the view costs nothing: no
+// copy, no allocation.
+type request struct{ r *http.Request }
+
+var (
+	_ keyfuncs.Request                  = request{}
+	_ flow.NativeRequest[*http.Request] = request{}
+	_ flow.RouteReporter                = request{}
+	_ flow.RouteReporter                = unrouted{}
+)
+
+// Context returns the request's context.
+func (v request) Context() context.Context { return v.r.Context() }
+
+// Method returns the request's method.
+func (v request) Method() string { return v.r.Method }
+
+// Route returns the route in the form every adapter shares, without the
+// method: chi's pattern with its mount prefixes and without regular
+// expressions ("/api/items/{id}" for "/items/{id:[0-9]+}" in a router
+// mounted at "/api"; see flow.BraceRoute), or "" when no route matches
+// (chi's 404 and 405).
+func (v request) Route() string { return flow.BraceRoute(v.r.Pattern) }
+
+// RouteKnown reports true: the middleware resolved the route through chi.
+func (request) RouteKnown() bool { return true }
+
+// FullMethod returns "": this is HTTP.
+func (request) FullMethod() string { return "" }
+
+// RemoteAddr returns the TCP peer, "ip:port", as net/http reports it (or
+// as a middleware before this one rewrote it: chi's middleware.RealIP
+// does, from header fields any client can write; see keyfuncs.ClientIP for
+// a client address that trusts only your proxies).
+func (v request) RemoteAddr() string { return v.r.RemoteAddr }
+
+// Values returns the header's field values. The key functions of keyfuncs
+// pass canonical names, which http.Header looks up without allocating.
+func (v request) Values(name string) []string { return v.r.Header.Values(name) }
+
+// Native returns the request, for the functions given with WithKeyFunc,
+// WithPlanFunc, WithCostFunc and WithSkipFunc.
+func (v request) Native() *http.Request { return v.r }
+
+// unrouted is the view of a request whose route the middleware cannot
+// tell where it is installed (see Middleware.Handler): Route is "", and
+// RouteKnown false, so that a rule that needs the route fails the request
+// with flow.ErrRouteUnknown rather than silently not applying.
+type unrouted struct{ request }
+
+// Route returns "": the route is unknown.
+func (unrouted) Route() string { return "" }
+
+// RouteKnown reports false.
+func (unrouted) RouteKnown() bool { return false }

@@ -1,0 +1,166 @@
+package chilimit_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	chilimit "github.com/bucketry/ratelimit/chi"
+	"github.com/bucketry/ratelimit/conformance"
+	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// ok is a route's handler: it calls next, if any, and answers "ok".
+func ok(next func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if next != nil {
+			next()
+		}
+		io.WriteString(w, "ok")
+	}
+}
+
+// serveChi is the conformance harness: a chi router on an httptest server,
+// each route with its own Middleware installed with r.With, at the route's
+// pattern (chi's syntax is the suite's). Paths no route matches get chi's
+// 404 without passing through any middleware.
+func serveChi(t testing.TB, routes []conformance.HTTPRoute) string {
+	t.Helper()
+	r := chi.NewRouter()
+	for _, rt := range routes {
+		opts := append([]chilimit.Option(nil), rt.Options...)
+		if h := rt.NativeUserHeader; h != "" {
+			opts = append(opts, chilimit.WithKeyFunc(core.ScopeUser, func(r *http.Request) (string, error) {
+				if v := r.Header.Get(h); v != "" {
+					return v, nil
+				}
+				return "", keyfuncs.ErrNotApplicable
+			}))
+		}
+		if answer := rt.DenyResponse; answer != nil {
+			opts = append(opts, chilimit.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, d *core.Decision) {
+				status, body := answer(d)
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(status)
+				io.WriteString(w, body)
+			}))
+		}
+		if answer := rt.ErrorResponse; answer != nil {
+			opts = append(opts, chilimit.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+				status, body := answer(err)
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(status)
+				io.WriteString(w, body)
+			}))
+		}
+		m, err := chilimit.New(rt.Limiter, opts...)
+		if err != nil {
+			t.Fatalf("chilimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
+		}
+		r.With(m.Handler).Method(rt.Method, rt.Pattern, ok(rt.Handler))
+	}
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// serveApp is the harness of a whole application: one Middleware installed
+// on the router with r.Use, before the routes (after the Auth middleware,
+// when asked for); Twice installs it again on each route with r.With, and
+// Second another Middleware over the same limiter likewise.
+func serveApp(t testing.TB, app conformance.HTTPApp) string {
+	t.Helper()
+	opts := append([]chilimit.Option(nil), app.Options...)
+	if app.Auth {
+		opts = append(opts, authOptions()...)
+	}
+	m, err := chilimit.New(app.Limiter, opts...)
+	if err != nil {
+		t.Fatalf("chilimit.New: %v", err)
+	}
+	var route []func(http.Handler) http.Handler
+	if app.Twice {
+		route = append(route, m.Handler)
+	}
+	if app.Second != nil {
+		second, err := chilimit.New(app.Limiter, app.Second...)
+		if err != nil {
+			t.Fatalf("chilimit.New (second): %v", err)
+		}
+		route = append(route, second.Handler)
+	}
+	r := chi.NewRouter()
+	if app.Auth {
+		r.Use(auth)
+	}
+	r.Use(m.Handler)
+	for _, rt := range app.Routes {
+		var rr chi.Router = r
+		if len(route) > 0 {
+			rr = r.With(route...)
+		}
+		rr.Method(rt.Method, rt.Pattern, ok(rt.Handler))
+	}
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// authFields are the fields the Auth middleware moves into the context.
+var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
+
+// auth moves authFields from the header into context values under
+// conformance.AuthKey, as an authentication middleware stores the user it
+// found.
+func auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		for _, name := range authFields {
+			if v := r.Header.Get(name); v != "" {
+				ctx = context.WithValue(ctx, conformance.AuthKey(name), v)
+				r.Header.Del(name)
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// authValue returns the value auth stored under name, or "".
+func authValue(r *http.Request, name string) string {
+	v, _ := r.Context().Value(conformance.AuthKey(name)).(string)
+	return v
+}
+
+// authOptions are the native functions that read what auth stored.
+func authOptions() []chilimit.Option {
+	stored := func(name string) func(*http.Request) (string, error) {
+		return func(r *http.Request) (string, error) {
+			if v := authValue(r, name); v != "" {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		}
+	}
+	return []chilimit.Option{
+		chilimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
+		chilimit.WithPlanFunc(stored("X-Plan")),
+		chilimit.WithCostFunc(func(r *http.Request) (int64, error) {
+			v := authValue(r, "X-Cost")
+			if v == "" {
+				return 1, nil
+			}
+			return strconv.ParseInt(v, 10, 64)
+		}),
+		chilimit.WithSkipFunc(func(r *http.Request) bool { return authValue(r, "X-Skip") == "1" }),
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveChi, ServeApp: serveApp})
+}

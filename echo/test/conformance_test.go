@@ -1,0 +1,176 @@
+package echolimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bucketry/ratelimit/conformance"
+	"github.com/bucketry/ratelimit/core"
+	echolimit "github.com/bucketry/ratelimit/echo"
+	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
+
+// newEcho returns an Echo instance that prints nothing of its own.
+func newEcho() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	return e
+}
+
+// ok is each route's handler: it calls next, if any, and answers 200 "ok".
+func ok(next func()) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if next != nil {
+			next()
+		}
+		return c.String(http.StatusOK, "ok")
+	}
+}
+
+// route registers method pattern (the suite's neutral syntax) on e with h
+// and mw, at the route's colon pattern. A wildcard that ends an Echo
+// route matches the rest of the path, slashes included ("/items/:id"
+// serves "/items/1/more", id "1/more"), while the suite's "{id}" is one
+// whole segment; a RouteNotFound route below it ("/items/:id/*", with
+// Echo's NotFoundHandler and no middleware) bounds the wildcard to one
+// segment and answers the deeper paths with Echo's 404, as a request no
+// route matches.
+func route(e *echo.Echo, method, pattern string, h echo.HandlerFunc, mw ...echo.MiddlewareFunc) {
+	colon := conformance.HTTPRoute{Pattern: pattern}.ColonPattern()
+	e.Add(method, colon, h, mw...)
+	if last := colon[strings.LastIndexByte(colon, '/')+1:]; strings.HasPrefix(last, ":") {
+		e.RouteNotFound(colon+"/*", echo.NotFoundHandler)
+	}
+}
+
+// serveEcho is the conformance harness: an Echo instance on an httptest
+// server, each route with its own middleware as route middleware, at the
+// route's colon pattern. Paths no route matches get Echo's 404, through no
+// middleware.
+func serveEcho(t testing.TB, routes []conformance.HTTPRoute) string {
+	t.Helper()
+	e := newEcho()
+	for _, rt := range routes {
+		opts := append([]flow.Option(nil), rt.Options...)
+		if h := rt.NativeUserHeader; h != "" {
+			opts = append(opts, echolimit.WithKeyFunc(core.ScopeUser, func(c echo.Context) (string, error) {
+				if v := c.Request().Header.Get(h); v != "" {
+					return v, nil
+				}
+				return "", keyfuncs.ErrNotApplicable
+			}))
+		}
+		if answer := rt.DenyResponse; answer != nil {
+			opts = append(opts, echolimit.WithDenyHandler(func(c echo.Context, d *core.Decision) error {
+				status, body := answer(d)
+				return c.Blob(status, "text/plain; charset=utf-8", []byte(body))
+			}))
+		}
+		if answer := rt.ErrorResponse; answer != nil {
+			opts = append(opts, echolimit.WithErrorHandler(func(c echo.Context, err error) error {
+				status, body := answer(err)
+				return c.Blob(status, "text/plain; charset=utf-8", []byte(body))
+			}))
+		}
+		mw, err := echolimit.New(rt.Limiter, opts...)
+		if err != nil {
+			t.Fatalf("echolimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
+		}
+		route(e, rt.Method, rt.Pattern, ok(rt.Handler), mw)
+	}
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// serveApp is the harness of a whole application: one middleware at the
+// router level, e.Use, which Echo runs after routing, for every request.
+func serveApp(t testing.TB, app conformance.HTTPApp) string {
+	t.Helper()
+	opts := append([]flow.Option(nil), app.Options...)
+	if app.Auth {
+		opts = append(opts, authOptions()...)
+	}
+	mw, err := echolimit.New(app.Limiter, opts...)
+	if err != nil {
+		t.Fatalf("echolimit.New: %v", err)
+	}
+	e := newEcho()
+	if app.Auth {
+		e.Use(auth)
+	}
+	e.Use(mw)
+	var perRoute []echo.MiddlewareFunc
+	if app.Twice {
+		perRoute = append(perRoute, mw)
+	}
+	if app.Second != nil {
+		second, err := echolimit.New(app.Limiter, app.Second...)
+		if err != nil {
+			t.Fatalf("echolimit.New (second): %v", err)
+		}
+		perRoute = append(perRoute, second)
+	}
+	for _, rt := range app.Routes {
+		route(e, rt.Method, rt.Pattern, ok(rt.Handler), perRoute...)
+	}
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// authFields are the fields auth moves into the echo.Context.
+var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
+
+// auth moves authFields from the header into the echo.Context (c.Set), as
+// an authentication middleware stores the user it found.
+func auth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		for _, name := range authFields {
+			if v := h.Get(name); v != "" {
+				c.Set(name, v)
+				h.Del(name)
+			}
+		}
+		return next(c)
+	}
+}
+
+// authOptions are the native functions that read what auth stored.
+func authOptions() []echolimit.Option {
+	get := func(c echo.Context, name string) string {
+		v, _ := c.Get(name).(string)
+		return v
+	}
+	stored := func(name string) func(echo.Context) (string, error) {
+		return func(c echo.Context) (string, error) {
+			if v := get(c, name); v != "" {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		}
+	}
+	return []echolimit.Option{
+		echolimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
+		echolimit.WithPlanFunc(stored("X-Plan")),
+		echolimit.WithCostFunc(func(c echo.Context) (int64, error) {
+			v := get(c, "X-Cost")
+			if v == "" {
+				return 1, nil
+			}
+			return strconv.ParseInt(v, 10, 64)
+		}),
+		echolimit.WithSkipFunc(func(c echo.Context) bool { return get(c, "X-Skip") == "1" }),
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveEcho, ServeApp: serveApp})
+}

@@ -1,0 +1,66 @@
+package flow
+
+import (
+	"context"
+	"fmt"
+)
+
+// Mark records which middlewares have checked a request, so that one that
+// runs again on the same request (installed at two levels: the router and
+// a group or route) does not charge it twice. Adapters keep it on the
+// request (a context value, gin's c.Set, fiber's c.Locals, Echo's c.Set,
+// under MarkName) and ask Seen before Check. A Mark is immutable; the
+// zero value and nil record no middleware.
+type Mark struct{ engines []*Engine }
+
+// MarkName is the name adapters keep a request's *Mark under, in
+// frameworks that store values by name.
+const MarkName = "github.com/bucketry/ratelimit/flow.Mark"
+
+type markKey struct{}
+
+// MarkFrom returns the Mark kept in ctx by WithMark, or nil.
+func MarkFrom(ctx context.Context) *Mark {
+	m, _ := ctx.Value(markKey{}).(*Mark)
+	return m
+}
+
+// WithMark returns a copy of ctx that keeps m.
+func WithMark(ctx context.Context, m *Mark) context.Context {
+	return context.WithValue(ctx, markKey{}, m)
+}
+
+// Seen reports whether a request whose Mark is m was already checked by a
+// middleware over e's limiter, and if so the Result to act on instead of
+// calling Check: Skipped when e itself checked it (the request goes on,
+// charged once), and Failed with an error wrapping ErrInstalledTwice when
+// another middleware over the same limiter did (each would charge the
+// tiers they share).
+func (e *Engine) Seen(m *Mark) (Result, bool) {
+	if m == nil {
+		return Result{}, false
+	}
+	for _, o := range m.engines {
+		if o == e {
+			return Result{Outcome: Skipped}, true
+		}
+	}
+	for _, o := range m.engines {
+		if o.limiter == e.limiter {
+			return Result{Outcome: Failed, Err: fmt.Errorf("%w: a %s middleware and a %s middleware over the same limiter checked this request, each charging its tiers: install one, at the router level, and limit stricter tiers to routes with core.Rule.Routes", ErrInstalledTwice, o.adapter, e.adapter)}, true
+		}
+	}
+	return Result{}, false
+}
+
+// Mark returns the Mark of a request whose Mark was m once e has checked
+// it. It allocates only when m already records another middleware.
+func (e *Engine) Mark(m *Mark) *Mark {
+	if m == nil || len(m.engines) == 0 {
+		return e.self
+	}
+	engines := make([]*Engine, len(m.engines)+1)
+	copy(engines, m.engines)
+	engines[len(m.engines)] = e
+	return &Mark{engines: engines}
+}
