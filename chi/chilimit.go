@@ -164,33 +164,5 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // answer acts on res: next gets marked, handlers r.
 func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Result, marked *http.Request) {
-	m := h.m
-	switch res.Outcome {
-	case flow.Proceed:
-		m.engine.SetHTTPHeaders(w.Header(), res)
-		h.next.ServeHTTP(w, marked)
-	case flow.Skipped:
-		h.next.ServeHTTP(w, marked)
-	case flow.Denied, flow.Unavailable:
-		m.engine.SetHTTPHeaders(w.Header(), res)
-		if m.deny != nil {
-			d := res.Decision // the handler's own copy
-			m.deny(w, r, &d)
-			return
-		}
-		w.Header().Set("Content-Type", flow.ContentTypeProblem)
-		w.WriteHeader(res.Outcome.HTTPStatus())
-		// A write error means the client is gone; there is nobody to tell.
-		_ = m.engine.WriteProblem(w, res)
-	default: // BadInput, Failed, ClientGone
-		if m.onError != nil {
-			m.onError(w, r, res.Err)
-			return
-		}
-		if status := res.Outcome.HTTPStatus(); status != 0 {
-			// The status text only: Err may name keys, rules or a store
-			// address.
-			http.Error(w, http.StatusText(status), status)
-		}
-	}
+	h.m.engine.AnswerHTTP(w, r, res, h.next, marked, h.m.deny, h.m.onError)
 }

@@ -1527,3 +1527,65 @@ func httpTestAppTenant(f *httpFixture) {
 	c.wantFields(t, httpPolicy, `"per-tenant";q=8;w=3600`, httpRetryAfter, "450")
 	calls["GET /tenant"].want(t, "GET /tenant", 7)
 }
+
+// AuthFields are the header fields that HTTPApp.Auth's authentication
+// middleware moves into the framework's per-request storage.
+var AuthFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
+
+// AuthHandler is HTTPApp.Auth's authentication middleware for frameworks
+// of net/http handlers (net/http, chi): it moves AuthFields from the
+// header into context values under AuthKey.
+func AuthHandler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		for _, name := range AuthFields {
+			if v := r.Header.Get(name); v != "" {
+				ctx = context.WithValue(ctx, AuthKey(name), v)
+				r.Header.Del(name)
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// AuthValue returns the value AuthHandler stored under name in r's
+// context, or "".
+func AuthValue(r *http.Request, name string) string {
+	v, _ := r.Context().Value(AuthKey(name)).(string)
+	return v
+}
+
+// AuthFuncs are the native functions HTTPApp.Auth asks for, over a
+// framework's request R: give them to the adapter's WithKeyFunc(
+// core.ScopeUser, ...), WithPlanFunc, WithCostFunc and WithSkipFunc.
+type AuthFuncs[R any] struct {
+	User, Plan func(R) (string, error)
+	Cost       func(R) (int64, error)
+	Skip       func(R) bool
+}
+
+// NewAuthFuncs returns the AuthFuncs that read what the authentication
+// middleware stored with get, which returns the value stored under a
+// field's name, or "".
+func NewAuthFuncs[R any](get func(r R, name string) string) AuthFuncs[R] {
+	stored := func(name string) func(R) (string, error) {
+		return func(r R) (string, error) {
+			if v := get(r, name); v != "" {
+				return v, nil
+			}
+			return "", keyfuncs.ErrNotApplicable
+		}
+	}
+	return AuthFuncs[R]{
+		User: stored("X-User"),
+		Plan: stored("X-Plan"),
+		Cost: func(r R) (int64, error) {
+			v := get(r, "X-Cost")
+			if v == "" {
+				return 1, nil
+			}
+			return strconv.ParseInt(v, 10, 64)
+		},
+		Skip: func(r R) bool { return get(r, "X-Skip") == "1" },
+	}
+}

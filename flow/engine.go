@@ -512,3 +512,41 @@ func (e *Engine) Limiter() *core.Limiter { return e.limiter }
 // (a deny handler of the framework's type, say) once, in their
 // constructor.
 func (e *Engine) Native(name string) any { return e.native[name] }
+
+// AnswerHTTP acts on res for the adapters of net/http handlers (nethttp,
+// chilimit): Proceed sets the header fields and calls next with marked,
+// Skipped calls next with marked; Denied and Unavailable set the header
+// fields and call deny with r and a copy of the decision or, when deny is
+// nil, answer 429 (or 503) with the problem body; the other outcomes call
+// onError with r and res.Err or, when it is nil, answer the outcome's
+// status with its status text only (Err may name keys, rules or a store
+// address), and nothing when the client is gone.
+func (e *Engine) AnswerHTTP(w http.ResponseWriter, r *http.Request, res *Result, next http.Handler, marked *http.Request,
+	deny func(http.ResponseWriter, *http.Request, *core.Decision), onError func(http.ResponseWriter, *http.Request, error)) {
+	switch res.Outcome {
+	case Proceed:
+		e.SetHTTPHeaders(w.Header(), res)
+		next.ServeHTTP(w, marked)
+	case Skipped:
+		next.ServeHTTP(w, marked)
+	case Denied, Unavailable:
+		e.SetHTTPHeaders(w.Header(), res)
+		if deny != nil {
+			d := res.Decision // the handler's own copy
+			deny(w, r, &d)
+			return
+		}
+		w.Header().Set("Content-Type", ContentTypeProblem)
+		w.WriteHeader(res.Outcome.HTTPStatus())
+		// A write error means the client is gone; there is nobody to tell.
+		_ = e.WriteProblem(w, res)
+	default: // BadInput, Failed, ClientGone
+		if onError != nil {
+			onError(w, r, res.Err)
+			return
+		}
+		if status := res.Outcome.HTTPStatus(); status != 0 {
+			http.Error(w, http.StatusText(status), status)
+		}
+	}
+}

@@ -1,11 +1,9 @@
 package chilimit_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -78,7 +76,9 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	t.Helper()
 	opts := append([]chilimit.Option(nil), app.Options...)
 	if app.Auth {
-		opts = append(opts, authOptions()...)
+		a := conformance.NewAuthFuncs(conformance.AuthValue)
+		opts = append(opts, chilimit.WithKeyFunc(core.ScopeUser, a.User), chilimit.WithPlanFunc(a.Plan),
+			chilimit.WithCostFunc(a.Cost), chilimit.WithSkipFunc(a.Skip))
 	}
 	m, err := chilimit.New(app.Limiter, opts...)
 	if err != nil {
@@ -97,7 +97,7 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	}
 	r := chi.NewRouter()
 	if app.Auth {
-		r.Use(auth)
+		r.Use(conformance.AuthHandler)
 	}
 	r.Use(m.Handler)
 	for _, rt := range app.Routes {
@@ -110,55 +110,6 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return srv.URL
-}
-
-// authFields are the fields the Auth middleware moves into the context.
-var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
-
-// auth moves authFields from the header into context values under
-// conformance.AuthKey, as an authentication middleware stores the user it
-// found.
-func auth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		for _, name := range authFields {
-			if v := r.Header.Get(name); v != "" {
-				ctx = context.WithValue(ctx, conformance.AuthKey(name), v)
-				r.Header.Del(name)
-			}
-		}
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// authValue returns the value auth stored under name, or "".
-func authValue(r *http.Request, name string) string {
-	v, _ := r.Context().Value(conformance.AuthKey(name)).(string)
-	return v
-}
-
-// authOptions are the native functions that read what auth stored.
-func authOptions() []chilimit.Option {
-	stored := func(name string) func(*http.Request) (string, error) {
-		return func(r *http.Request) (string, error) {
-			if v := authValue(r, name); v != "" {
-				return v, nil
-			}
-			return "", keyfuncs.ErrNotApplicable
-		}
-	}
-	return []chilimit.Option{
-		chilimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
-		chilimit.WithPlanFunc(stored("X-Plan")),
-		chilimit.WithCostFunc(func(r *http.Request) (int64, error) {
-			v := authValue(r, "X-Cost")
-			if v == "" {
-				return 1, nil
-			}
-			return strconv.ParseInt(v, 10, 64)
-		}),
-		chilimit.WithSkipFunc(func(r *http.Request) bool { return authValue(r, "X-Skip") == "1" }),
-	}
 }
 
 func TestConformance(t *testing.T) {

@@ -3,7 +3,6 @@ package echolimit_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -125,15 +124,12 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	return srv.URL
 }
 
-// authFields are the fields auth moves into the echo.Context.
-var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
-
 // auth moves authFields from the header into the echo.Context (c.Set), as
 // an authentication middleware stores the user it found.
 func auth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Request().Header
-		for _, name := range authFields {
+		for _, name := range conformance.AuthFields {
 			if v := h.Get(name); v != "" {
 				c.Set(name, v)
 				h.Del(name)
@@ -145,30 +141,12 @@ func auth(next echo.HandlerFunc) echo.HandlerFunc {
 
 // authOptions are the native functions that read what auth stored.
 func authOptions() []echolimit.Option {
-	get := func(c echo.Context, name string) string {
+	a := conformance.NewAuthFuncs(func(c echo.Context, name string) string {
 		v, _ := c.Get(name).(string)
 		return v
-	}
-	stored := func(name string) func(echo.Context) (string, error) {
-		return func(c echo.Context) (string, error) {
-			if v := get(c, name); v != "" {
-				return v, nil
-			}
-			return "", keyfuncs.ErrNotApplicable
-		}
-	}
-	return []echolimit.Option{
-		echolimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
-		echolimit.WithPlanFunc(stored("X-Plan")),
-		echolimit.WithCostFunc(func(c echo.Context) (int64, error) {
-			v := get(c, "X-Cost")
-			if v == "" {
-				return 1, nil
-			}
-			return strconv.ParseInt(v, 10, 64)
-		}),
-		echolimit.WithSkipFunc(func(c echo.Context) bool { return get(c, "X-Skip") == "1" }),
-	}
+	})
+	return []echolimit.Option{echolimit.WithKeyFunc(core.ScopeUser, a.User), echolimit.WithPlanFunc(a.Plan),
+		echolimit.WithCostFunc(a.Cost), echolimit.WithSkipFunc(a.Skip)}
 }
 
 func TestConformance(t *testing.T) {

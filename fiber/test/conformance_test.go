@@ -1,7 +1,6 @@
 package fiberlimit_test
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 
@@ -66,7 +65,9 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	t.Helper()
 	opts := append([]fiberlimit.Option(nil), app.Options...)
 	if app.Auth {
-		opts = append(opts, authOptions()...)
+		a := conformance.NewAuthFuncs(local)
+		opts = append(opts, fiberlimit.WithKeyFunc(core.ScopeUser, a.User), fiberlimit.WithPlanFunc(a.Plan),
+			fiberlimit.WithCostFunc(a.Cost), fiberlimit.WithSkipFunc(a.Skip))
 	}
 	mw, err := fiberlimit.New(app.Limiter, opts...)
 	if err != nil {
@@ -101,13 +102,10 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	return fibertest.Serve(t, a)
 }
 
-// authFields are the fields auth moves into the Ctx's locals.
-var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
-
 // auth moves authFields from the header into c.Locals, as an
 // authentication middleware stores the user it found.
 func auth(c *fiber.Ctx) error {
-	for _, name := range authFields {
+	for _, name := range conformance.AuthFields {
 		if v := c.Get(name); v != "" {
 			c.Locals(name, strings.Clone(v))
 			c.Request().Header.Del(name)
@@ -120,30 +118,6 @@ func auth(c *fiber.Ctx) error {
 func local(c *fiber.Ctx, name string) string {
 	v, _ := c.Locals(name).(string)
 	return v
-}
-
-// authOptions are the native functions that read what auth stored.
-func authOptions() []fiberlimit.Option {
-	stored := func(name string) func(*fiber.Ctx) (string, error) {
-		return func(c *fiber.Ctx) (string, error) {
-			if v := local(c, name); v != "" {
-				return v, nil
-			}
-			return "", keyfuncs.ErrNotApplicable
-		}
-	}
-	return []fiberlimit.Option{
-		fiberlimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
-		fiberlimit.WithPlanFunc(stored("X-Plan")),
-		fiberlimit.WithCostFunc(func(c *fiber.Ctx) (int64, error) {
-			v := local(c, "X-Cost")
-			if v == "" {
-				return 1, nil
-			}
-			return strconv.ParseInt(v, 10, 64)
-		}),
-		fiberlimit.WithSkipFunc(func(c *fiber.Ctx) bool { return local(c, "X-Skip") == "1" }),
-	}
 }
 
 func TestConformance(t *testing.T) {

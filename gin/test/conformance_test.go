@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strconv"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -72,7 +71,9 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	t.Helper()
 	opts := append([]ginlimit.Option(nil), app.Options...)
 	if app.Auth {
-		opts = append(opts, authOptions()...)
+		a := conformance.NewAuthFuncs(func(c *gin.Context, name string) string { return c.GetString(name) })
+		opts = append(opts, ginlimit.WithKeyFunc(core.ScopeUser, a.User), ginlimit.WithPlanFunc(a.Plan),
+			ginlimit.WithCostFunc(a.Cost), ginlimit.WithSkipFunc(a.Skip))
 	}
 	mw, err := ginlimit.New(app.Limiter, opts...)
 	if err != nil {
@@ -109,43 +110,16 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	return srv.URL
 }
 
-// authFields are the fields auth moves into the gin.Context.
-var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
-
 // auth moves authFields from the header into the gin.Context (c.Set), as
 // an authentication middleware stores the user it found.
 func auth(c *gin.Context) {
-	for _, name := range authFields {
+	for _, name := range conformance.AuthFields {
 		if v := c.GetHeader(name); v != "" {
 			c.Set(name, v)
 			c.Request.Header.Del(name)
 		}
 	}
 	c.Next()
-}
-
-// authOptions are the native functions that read what auth stored.
-func authOptions() []ginlimit.Option {
-	stored := func(name string) func(*gin.Context) (string, error) {
-		return func(c *gin.Context) (string, error) {
-			if v := c.GetString(name); v != "" {
-				return v, nil
-			}
-			return "", keyfuncs.ErrNotApplicable
-		}
-	}
-	return []ginlimit.Option{
-		ginlimit.WithKeyFunc(core.ScopeUser, stored("X-User")),
-		ginlimit.WithPlanFunc(stored("X-Plan")),
-		ginlimit.WithCostFunc(func(c *gin.Context) (int64, error) {
-			v := c.GetString("X-Cost")
-			if v == "" {
-				return 1, nil
-			}
-			return strconv.ParseInt(v, 10, 64)
-		}),
-		ginlimit.WithSkipFunc(func(c *gin.Context) bool { return c.GetString("X-Skip") == "1" }),
-	}
 }
 
 func TestConformance(t *testing.T) {

@@ -1,11 +1,9 @@
 package nethttp_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"testing"
 
 	"github.com/bucketry/ratelimit/conformance"
@@ -68,7 +66,9 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	t.Helper()
 	opts := append([]nethttp.Option(nil), app.Options...)
 	if app.Auth {
-		opts = append(opts, authOptions()...)
+		a := conformance.NewAuthFuncs(conformance.AuthValue)
+		opts = append(opts, nethttp.WithKeyFunc(core.ScopeUser, a.User), nethttp.WithPlanFunc(a.Plan),
+			nethttp.WithCostFunc(a.Cost), nethttp.WithSkipFunc(a.Skip))
 	}
 	m, err := nethttp.New(app.Limiter, opts...)
 	if err != nil {
@@ -99,59 +99,11 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 	}
 	var root http.Handler = m.Handler(mux)
 	if app.Auth {
-		root = auth(root)
+		root = conformance.AuthHandler(root)
 	}
 	srv := httptest.NewServer(root)
 	t.Cleanup(srv.Close)
 	return srv.URL
-}
-
-// authFields are the fields the Auth middleware moves into the context.
-var authFields = []string{"X-User", "X-Plan", "X-Cost", "X-Skip"}
-
-// auth moves authFields from the header into context values, as an
-// authentication middleware stores the user it found.
-func auth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		for _, name := range authFields {
-			if v := r.Header.Get(name); v != "" {
-				ctx = context.WithValue(ctx, conformance.AuthKey(name), v)
-				r.Header.Del(name)
-			}
-		}
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// authValue returns the value auth stored under name, or "".
-func authValue(r *http.Request, name string) string {
-	v, _ := r.Context().Value(conformance.AuthKey(name)).(string)
-	return v
-}
-
-// authOptions are the native functions that read what auth stored.
-func authOptions() []nethttp.Option {
-	stored := func(name string) func(*http.Request) (string, error) {
-		return func(r *http.Request) (string, error) {
-			if v := authValue(r, name); v != "" {
-				return v, nil
-			}
-			return "", keyfuncs.ErrNotApplicable
-		}
-	}
-	return []nethttp.Option{
-		nethttp.WithKeyFunc(core.ScopeUser, stored("X-User")),
-		nethttp.WithPlanFunc(stored("X-Plan")),
-		nethttp.WithCostFunc(func(r *http.Request) (int64, error) {
-			v := authValue(r, "X-Cost")
-			if v == "" {
-				return 1, nil
-			}
-			return strconv.ParseInt(v, 10, 64)
-		}),
-		nethttp.WithSkipFunc(func(r *http.Request) bool { return authValue(r, "X-Skip") == "1" }),
-	}
 }
 
 func TestConformance(t *testing.T) {
