@@ -18,9 +18,11 @@ RELEASE = cd internal/release && GOWORK=off $(GO) run .
 demo:
 	$(GO) run ./examples/demo
 
-## test: every test of every module, with the race detector, then release-check
+## test: every test of every module, with the race detector; core's allocation tests again without it (the
+## race detector drops pooled items at random); then release-check
 test: deps lint
 	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -count=1 -run 'Allocs$$' ./core/...
 	@$(MAKE) --no-print-directory release-check
 
 ## release-check: install every module at $(VERSION) from a file proxy of the working tree, as a user
