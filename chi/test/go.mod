@@ -6,12 +6,12 @@ require (
 	github.com/bucketry/ratelimit/chi v0.1.0
 	github.com/bucketry/ratelimit/conformance v0.1.0
 	github.com/bucketry/ratelimit/core v0.1.0
-	github.com/bucketry/ratelimit/flow v0.1.0
 	github.com/bucketry/ratelimit/keyfuncs v0.1.0
 	github.com/go-chi/chi/v5 v5.5.0
 )
 
 require (
+	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
 	go.uber.org/mock v0.6.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
