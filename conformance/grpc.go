@@ -841,12 +841,12 @@ func grpcTestClientRetry(t *testing.T, h GRPCHarness) {
 		decisions int
 		retry     []time.Duration // the RetryAfter of each denial
 	)
-	observe := core.WithObserver(func(_ context.Context, _ *core.Request, d *core.Decision) {
+	observe := core.WithObserver(func(_ context.Context, e *core.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		decisions++
-		if !d.Allowed {
-			retry = append(retry, d.RetryAfter)
+		if !e.Decision.Allowed {
+			retry = append(retry, e.Decision.RetryAfter)
 		}
 	})
 	seen := func() (int, []time.Duration) {

@@ -121,7 +121,7 @@ func TestNilOptionArguments(t *testing.T) {
 		// What still works.
 		{"WithStore a store", limiter(WithStore(&nilStore{})), nil},
 		{"WithStore a MemoryStore", limiter(WithStore(mustMemory(t))), nil},
-		{"WithObserver a func", limiter(WithObserver(func(context.Context, *Request, *Decision) {})), nil},
+		{"WithObserver a func", limiter(WithObserver(func(context.Context, *Event) {})), nil},
 		{"WithClock a ManualClock", memory(WithClock(NewManualClock(t0))), nil},
 		{"no options", limiter(), nil},
 	} {
@@ -204,8 +204,16 @@ func TestZeroLimiter(t *testing.T) {
 			}
 			return nil
 		},
+		"Logger": func(l *Limiter) error {
+			if got := l.Logger(); got != nil {
+				return fmt.Errorf("Logger() = %p, want nil", got)
+			}
+			return nil
+		},
+		"Inspect": func(l *Limiter) error { _, err := l.Inspect(ctx, req); return err },
+		"Reset":   func(l *Limiter) error { return l.Reset(ctx, req) },
 	}
-	noError := map[string]bool{"Policy": true}
+	noError := map[string]bool{"Policy": true, "Logger": true}
 	checkCovered(t, &Limiter{}, calls)
 	for _, lim := range []struct {
 		name string
@@ -253,6 +261,19 @@ func TestZeroMemoryStore(t *testing.T) {
 			return s.Take(context.Background(), tk)
 		},
 		"Reclaim": func(s *MemoryStore) error { s.Reclaim(); return nil },
+		"Reset":   func(s *MemoryStore) error { return s.Reset(context.Background(), "r", "u") },
+		"CollectMetrics": func(s *MemoryStore) error {
+			var bad []Metric
+			s.CollectMetrics(func(m Metric) {
+				if m.Value != 0 {
+					bad = append(bad, m)
+				}
+			})
+			if bad != nil {
+				return fmt.Errorf("CollectMetrics reported %+v, want zeros", bad)
+			}
+			return nil
+		},
 		"Stats": func(s *MemoryStore) error {
 			if got := s.Stats(); got != (MemoryStats{}) {
 				return fmt.Errorf("Stats() = %+v, want zero counts", got)
@@ -268,18 +289,18 @@ func TestZeroMemoryStore(t *testing.T) {
 		{"zero", &MemoryStore{}},
 		{"nil", nil},
 	} {
-		for _, m := range []string{"Take", "Reclaim", "Stats"} {
+		for _, m := range slices.Sorted(maps.Keys(calls)) {
 			t.Run(st.name+"/"+m, func(t *testing.T) {
 				var err error
 				noPanic(t, m, func() { err = calls[m](st.s) })
-				if m != "Take" {
+				if m != "Take" && m != "Reset" {
 					if err != nil {
 						t.Fatal(err)
 					}
 					return
 				}
 				if !errors.Is(err, ErrNotConstructed) || !strings.Contains(err.Error(), "NewMemoryStore") {
-					t.Fatalf("Take on a %s MemoryStore = %v, want ErrNotConstructed pointing to NewMemoryStore", st.name, err)
+					t.Fatalf("%s on a %s MemoryStore = %v, want ErrNotConstructed pointing to NewMemoryStore", m, st.name, err)
 				}
 			})
 		}

@@ -131,6 +131,7 @@ type headerConfig struct {
 	retryAfter   bool
 	cacheControl bool
 	names        NameCase
+	shadow       bool
 	errs         []error // what the options got wrong, in order
 }
 
@@ -183,6 +184,13 @@ func WithRetryAfter(on bool) HeaderOption {
 // that no cache serves a 429 or 503 to a later request. The default is on.
 func WithCacheControl(on bool) HeaderOption {
 	return headerOptionFunc(func(c *headerConfig) { c.cacheControl = on })
+}
+
+// WithShadowTiers makes the fields report tiers in shadow mode (see
+// WithShadow) like the others when on. The default, off, leaves them out:
+// a client is told only of the limits that are enforced.
+func WithShadowTiers(on bool) HeaderOption {
+	return headerOptionFunc(func(c *headerConfig) { c.shadow = on })
 }
 
 // WithNameCase sets how header names are spelled. The default is
@@ -303,10 +311,11 @@ var headerNames = [numHeaders]string{
 // listing every tier that denied; a FailClosed store failure gets a short
 // about:blank body with status 503.
 type HeaderFormat struct {
-	names [numHeaders]string
-	on    [numHeaders]bool
-	reset ResetFormat
-	tiers TierSelection
+	names  [numHeaders]string
+	on     [numHeaders]bool
+	reset  ResetFormat
+	tiers  TierSelection
+	shadow bool // report shadow tiers
 }
 
 // NewHeaderFormat returns a HeaderFormat with opts applied in order over the
@@ -342,7 +351,7 @@ func NewHeaderFormat(opts ...HeaderOption) (*HeaderFormat, error) {
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
-	f := &HeaderFormat{reset: cfg.reset, tiers: cfg.tiers}
+	f := &HeaderFormat{reset: cfg.reset, tiers: cfg.tiers, shadow: cfg.shadow}
 	for i, n := range headerNames {
 		switch cfg.names {
 		case NamesCanonical:
@@ -404,7 +413,28 @@ func (f *HeaderFormat) Headers(d *Decision, set func(name, value string)) {
 	if f == nil {
 		return
 	}
-	f.headers(d, d.Tiers(), d.At, set)
+	var arr [inlineTiers]TierState
+	f.headers(d, f.shown(d, arr[:0]), d.At, set)
+}
+
+// shown returns the tiers of d the fields report: all of them, or without
+// those in shadow mode, appended to buf when some are left out.
+func (f *HeaderFormat) shown(d *Decision, buf []TierState) []TierState {
+	tiers := d.Tiers()
+	if f.shadow {
+		return tiers
+	}
+	for i := range tiers {
+		if tiers[i].Shadow {
+			for _, t := range tiers {
+				if !t.Shadow {
+					buf = append(buf, t)
+				}
+			}
+			return buf
+		}
+	}
+	return tiers
 }
 
 // headers is Headers with the tiers passed apart from d, so that tests can
@@ -516,7 +546,12 @@ func (f *HeaderFormat) Status(d *Decision) int {
 // nothing. It allocates only when dst lacks capacity; names are escaped as
 // JSON requires.
 func (f *HeaderFormat) AppendProblem(dst []byte, d *Decision) []byte {
-	return appendProblem(dst, d, d.Tiers())
+	var arr [inlineTiers]TierState
+	tiers := d.Tiers()
+	if f != nil {
+		tiers = f.shown(d, arr[:0])
+	}
+	return appendProblem(dst, d, tiers)
 }
 
 func appendProblem(dst []byte, d *Decision, tiers []TierState) []byte {

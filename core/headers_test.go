@@ -1213,3 +1213,37 @@ func TestParseSFList(t *testing.T) {
 		t.Fatal("problem type is not UTF-8")
 	}
 }
+
+// TestHeadersShadowTiers: tiers in shadow mode are left out of the fields
+// unless WithShadowTiers, and a shadow-denied request gets no 429 fields.
+func TestHeadersShadowTiers(t *testing.T) {
+	l := newTestLimiter(t, nil,
+		Rule{Name: "enforced", Scope: ScopeUser, Limit: TokenBucket(PerHour(10), 10)},
+		Rule{Name: "trial", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1), Shadow: true})
+	ctx := context.Background()
+	l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+	d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+	if err != nil || !d.ShadowDenied {
+		t.Fatalf("AllowAt = %+v, %v; want shadow-denied", d, err)
+	}
+	for _, tc := range []struct {
+		opts       []HeaderOption
+		wantPolicy string
+	}{
+		{nil, `"enforced";q=10;w=3600`},
+		{[]HeaderOption{WithShadowTiers(true)}, `"enforced";q=10;w=3600, "trial";q=1;w=3600`},
+	} {
+		f, err := NewHeaderFormat(tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		f.Headers(&d, func(name, value string) { got[name] = value })
+		if got["RateLimit-Policy"] != tc.wantPolicy || got["Retry-After"] != "" || got["X-RateLimit-Remaining"] != "8" {
+			t.Errorf("%d options: headers %v, want RateLimit-Policy %s, 8 remaining, no Retry-After", len(tc.opts), got, tc.wantPolicy)
+		}
+		if f.Status(&d) != 0 {
+			t.Errorf("Status = %d, want 0 (allowed)", f.Status(&d))
+		}
+	}
+}

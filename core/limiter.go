@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -55,11 +57,34 @@ func (m FailureMode) String() string {
 // unavailableRetry is the Retry-After given when failing closed.
 const unavailableRetry = time.Second
 
-// Observer is called with every decision, on the deciding goroutine, after
-// the store answers; calls from concurrent decisions run concurrently, so it
-// must be safe for concurrent use. It must not retain req or d, and should be
-// quick: metrics and audit logs attach here.
-type Observer func(ctx context.Context, req *Request, d *Decision)
+// Observer is called once per call of Allow, AllowN, AllowAt, Wait (per
+// decision it makes) and WaitN, on the calling goroutine, after the decision
+// is made: with the decision, or with the error returned when there is none.
+// Calls from concurrent decisions run concurrently, so an Observer must be
+// safe for concurrent use. It must not retain e or what it points to, and
+// should be quick: metrics and audit logs attach here. Inspect calls no
+// observer.
+type Observer func(ctx context.Context, e *Event)
+
+// Event is what an Observer sees of one decision. Its pointers are valid
+// during the call only.
+type Event struct {
+	// Request is the request decided; read only.
+	Request *Request
+	// Decision is the decision returned: the zero Decision when Err is an
+	// error that comes without one (bad input, the caller's context ending,
+	// a store failure under FailClosed has one). Read only.
+	Decision *Decision
+	// Err is the error returned with the decision, nil if none.
+	Err error
+	// Latency is the limiter's own time for the decision, from the call to
+	// the decision (policy resolution, key building, the store call), when
+	// Timed. Measuring takes two clock reads, so one decision in
+	// WithLatencySampling's n is timed.
+	Latency time.Duration
+	// Timed reports whether Latency was measured for this decision.
+	Timed bool
+}
 
 // Option configures a Limiter; pass options to NewLimiter. Options are
 // applied in order, so a later one replaces an earlier one of the same kind.
@@ -67,11 +92,14 @@ type Observer func(ctx context.Context, req *Request, d *Decision)
 type Option interface{ apply(*config) }
 
 type config struct {
-	store    Store
-	failure  FailureMode
-	observer Observer
-	timeout  time.Duration
-	errs     []error // what the options got wrong, in order
+	store     Store
+	failure   FailureMode
+	observers []Observer
+	sampling  int
+	shadow    bool
+	logger    *slog.Logger
+	timeout   time.Duration
+	errs      []error // what the options got wrong, in order
 }
 
 // fail records an error wrapping ErrInvalidOption; NewLimiter returns them.
@@ -123,15 +151,65 @@ func WithFailureMode(m FailureMode) Option {
 	return optionFunc(func(c *config) { c.failure = m })
 }
 
-// WithObserver sets a function called with every decision (see Observer).
-// The default is none; a nil o makes NewLimiter fail with ErrInvalidOption.
+// WithObserver adds a function called with every decision (see Observer).
+// It may be given several times: the observers are called in the order
+// given. The default is none; a nil o makes NewLimiter fail with
+// ErrInvalidOption.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) {
 		if o == nil {
 			c.fail("WithObserver: observer is nil")
 			return
 		}
-		c.observer = o
+		c.observers = append(c.observers, o)
+	})
+}
+
+// DefaultLatencySampling is the default of WithLatencySampling: one decision
+// in 16 is timed.
+const DefaultLatencySampling = 16
+
+// WithLatencySampling times one decision in n, at random, for the observers
+// (Event.Latency): timing takes two clock reads, which cost as much as the
+// rest of an in-memory decision. 1 times every decision. n must be at least
+// 1; the default is DefaultLatencySampling. Without observers nothing is
+// timed.
+func WithLatencySampling(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.fail("WithLatencySampling: n must be >= 1, got %d", n)
+			return
+		}
+		c.sampling = n
+	})
+}
+
+// WithShadow puts every rule in shadow mode when on (see Rule.Shadow): the
+// limiter decides, reports through Decision, observers and (by choice)
+// headers, and never denies. A request that shadow tiers alone would deny
+// is allowed with Decision.ShadowDenied set. Tokens are taken as if the
+// shadow tiers were enforced, so that their buckets show what enforcing
+// them would do: such a request takes nothing from the shadow tiers (a
+// denied request takes nothing), and the enforced tiers, if any, are
+// charged in a second store call, since the request does go ahead. A
+// request that every tier allows is charged on every tier, in one call.
+// The default is off.
+func WithShadow(on bool) Option {
+	return optionFunc(func(c *config) { c.shadow = on })
+}
+
+// WithLogger makes the limiter log through logger: store failures that a
+// failure mode decided or that failed the request, at most one record per
+// kind of failure (see ErrorKind) every LogInterval, with a count of those
+// left out. The default, nil, logs nothing. Middlewares built on the limiter
+// log their key-function and store errors through it too (Logger).
+func WithLogger(logger *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if logger == nil {
+			c.fail("WithLogger: logger is nil")
+			return
+		}
+		c.logger = logger
 	})
 }
 
@@ -155,7 +233,10 @@ type Limiter struct {
 	store    Store
 	fallback *MemoryStore
 	failure  FailureMode
-	observer Observer
+	observer []Observer
+	sampling uint32 // time one decision in sampling for the observers
+	shadow   bool   // every rule in shadow mode
+	log      *LogThrottle
 	timeout  time.Duration // bound on each store call; 0: none
 	memory   *MemoryStore  // store, when it is one
 	takes    sync.Pool     // *Take, for stores other than memory
@@ -190,7 +271,13 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
-	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observer, timeout: cfg.timeout}
+	if cfg.sampling == 0 {
+		cfg.sampling = DefaultLatencySampling
+	}
+	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observers, sampling: uint32(cfg.sampling), shadow: cfg.shadow, timeout: cfg.timeout}
+	if cfg.logger != nil {
+		l.log = NewLogThrottle(cfg.logger, LogInterval)
+	}
 	if l.store == nil {
 		m, err := NewMemoryStore()
 		if err != nil {
@@ -256,7 +343,7 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 
 // Allow reports whether one request may happen now. It is AllowN(ctx, req, 1).
 func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
-	return l.decide(ctx, time.Time{}, &req, 1)
+	return l.run(ctx, time.Time{}, &req, 1)
 }
 
 // AllowN reports whether a request of cost n may happen now, and if so
@@ -274,7 +361,7 @@ func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
 // in Decision.Err, not as an error. AllowN is safe for concurrent use, as
 // are Allow, AllowAt, Wait and WaitN.
 func (l *Limiter) AllowN(ctx context.Context, req Request, n int64) (Decision, error) {
-	return l.decide(ctx, time.Time{}, &req, n)
+	return l.run(ctx, time.Time{}, &req, n)
 }
 
 // AllowAt is AllowN at an explicit time instead of the store's clock. It
@@ -288,7 +375,54 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, req Request, n int
 	if now.IsZero() {
 		return Decision{}, fmt.Errorf("%w: zero time", ErrInvalidTime)
 	}
-	return l.decide(ctx, now, &req, n)
+	return l.run(ctx, now, &req, n)
+}
+
+// Inspect reports the state of every tier that applies to req without
+// consuming anything: AllowN with a cost of 0, which every store answers
+// by reading only. It calls no observer and logs nothing, so that an
+// operator looking at a key does not show in metrics or audit logs. Its
+// errors are AllowN's.
+func (l *Limiter) Inspect(ctx context.Context, req Request) (Decision, error) {
+	return l.decide(ctx, time.Time{}, &req, 0)
+}
+
+// Resetter is a Store that can reset a bucket: make it full, as if new. The
+// MemoryStore and the Redis stores are Resetters.
+type Resetter interface {
+	// Reset makes bucket (rule, id) full. A bucket that does not exist is
+	// full already, which is no error. id must pass CheckKey.
+	Reset(ctx context.Context, rule, id string) error
+}
+
+// Reset makes every bucket of every tier that applies to req full, as if
+// new: the operator's way to unblock a client. It fails with an error
+// wrapping errors.ErrUnsupported when the store is not a Resetter, and with
+// the store's error, naming the rule, for the first bucket it could not
+// reset (those before it are reset). Under FailFallback it resets the
+// fallback's buckets too. It is safe for concurrent use with decisions,
+// which see each bucket before or after its reset.
+func (l *Limiter) Reset(ctx context.Context, req Request) error {
+	if !l.constructed() {
+		return errNotConstructed()
+	}
+	rs, ok := l.store.(Resetter)
+	if !ok {
+		return fmt.Errorf("ratelimit: Reset: the store (%T) cannot reset buckets: %w", l.store, errors.ErrUnsupported)
+	}
+	buckets, _, err := l.policy.Load().resolve(ctx, &req, nil, nil)
+	if err != nil {
+		return err
+	}
+	for _, b := range buckets {
+		if err := rs.Reset(ctx, b.Rule, b.Key); err != nil {
+			return fmt.Errorf("ratelimit: rule %q: reset: %w", b.Rule, err)
+		}
+		if l.fallback != nil {
+			l.fallback.Reset(ctx, b.Rule, b.Key)
+		}
+	}
+	return nil
 }
 
 // Wait blocks until one request may proceed. It is WaitN(ctx, req, 1).
@@ -304,7 +438,7 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 // returns AllowN's errors, without waiting, as AllowN does.
 func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, error) {
 	for {
-		d, err := l.decide(ctx, time.Time{}, &req, n)
+		d, err := l.run(ctx, time.Time{}, &req, n)
 		if err != nil {
 			return d, err
 		}
@@ -356,9 +490,27 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	// Separate variables, not a Take: escape analysis treats a struct as a
 	// whole, and now's *time.Location escapes on the interface path.
 	buckets, states, rules := bucketArr[:0], stateArr[:0], ruleArr[:0]
+	buckets, rules, err := p.resolve(ctx, req, buckets, rules)
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(buckets) > len(stateArr) {
+		states = make([]BucketState, len(buckets))
+	}
+	states = states[:len(buckets)]
+	d, err := l.settle(ctx, now, n, buckets, states, rules)
+	if err == nil && !d.Allowed && (l.shadow || p.shadow) && d.shadowOnly() {
+		return l.unshadow(ctx, now, n, buckets, rules, &d)
+	}
+	return d, err
+}
+
+// resolve appends to buckets and rules the bucket and rule of every tier
+// that applies to req, in policy order.
+func (p *Policy) resolve(ctx context.Context, req *Request, buckets []Bucket, rules []*Rule) ([]Bucket, []*Rule, error) {
 	plan, perr := p.plan(req)
 	if perr != nil {
-		return Decision{}, perr
+		return nil, nil, perr
 	}
 	for it := p.candidates(req.Method, req.Route); ; {
 		i, more := it.next()
@@ -371,16 +523,16 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		}
 		r := &p.rules[i]
 		if err := CheckKey(id); err != nil {
-			return Decision{}, fmt.Errorf("ratelimit: rule %q: %s identity: %w", r.Name, r.Scope, err)
+			return nil, nil, fmt.Errorf("ratelimit: rule %q: %s identity: %w", r.Name, r.Scope, err)
 		}
 		lim := &r.Limit
 		if r.Lookup != nil {
 			l, ok, err := r.Lookup.Limit(ctx, id)
 			switch {
 			case err != nil:
-				return Decision{}, fmt.Errorf("ratelimit: rule %q: limit lookup: %w", r.Name, err)
+				return nil, nil, fmt.Errorf("ratelimit: rule %q: limit lookup: %w", r.Name, err)
 			case ok && (l == nil || !l.decidable()):
-				return Decision{}, fmt.Errorf("ratelimit: rule %q: limit lookup: %w: the limit of %q was not made by NewLimit", r.Name, ErrInvalidRule, id)
+				return nil, nil, fmt.Errorf("ratelimit: rule %q: limit lookup: %w: the limit of %q was not made by NewLimit", r.Name, ErrInvalidRule, id)
 			case ok:
 				lim = l
 			}
@@ -388,16 +540,17 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		buckets = append(buckets, Bucket{Rule: r.Name, Key: id, Limit: lim})
 		rules = append(rules, r)
 	}
+	return buckets, rules, nil
+}
+
+// settle decides a request on its buckets: the store call, the failure
+// mode when it fails, and the decision from the states.
+func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []Bucket, states []BucketState, rules []*Rule) (Decision, error) {
 	var d Decision
 	d.Allowed, d.Cost = true, n
 	if len(buckets) == 0 {
-		l.observe(ctx, req, &d)
 		return d, nil
 	}
-	if len(buckets) > len(stateArr) {
-		states = make([]BucketState, len(buckets))
-	}
-	states = states[:len(buckets)]
 	var err error
 	if l.memory != nil {
 		// Everything take would check was checked above.
@@ -412,12 +565,11 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	}
 	if err != nil {
 		if pe := partialError(err, len(buckets)); pe != nil && l.failure != FailClosed {
-			return l.decidePartial(ctx, now, req, n, pe, buckets, states, rules)
+			return l.decidePartial(ctx, now, n, pe, buckets, states, rules)
 		}
 		switch l.failure {
 		case FailOpen:
 			d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
-			l.observe(ctx, req, &d)
 			return d, nil
 		case FailClosed:
 			d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
@@ -432,16 +584,76 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 			if uerr == nil {
 				uerr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
-			l.observe(ctx, req, &d)
 			return d, uerr
 		case FailFallback:
 			t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
 			d.At, d.Degraded, d.Err = time.Unix(0, l.fallback.take(&t)), true, err
 		}
 	}
-	d.fill(states, rules, buckets)
-	l.observe(ctx, req, &d)
+	d.fill(states, rules, buckets, l.shadow)
 	return d, nil
+}
+
+// unshadow decides a request that only shadow tiers denied (d, from one
+// store call that took nothing): it goes ahead, so the enforced tiers are
+// charged in a second call, which decides it; the shadow tiers keep what
+// the first call said of them, having taken nothing, as if enforced.
+func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets []Bucket, rules []*Rule, d *Decision) (Decision, error) {
+	first := d.Tiers()
+	var (
+		bucketArr [inlineTiers]Bucket
+		stateArr  [inlineTiers]BucketState
+		ruleArr   [inlineTiers]*Rule
+	)
+	eb, es, er := bucketArr[:0], stateArr[:0], ruleArr[:0]
+	for i := range first {
+		if !first[i].Shadow {
+			eb, es, er = append(eb, buckets[i]), append(es, BucketState{}), append(er, rules[i])
+		}
+	}
+	if len(eb) == 0 {
+		// Every tier is in shadow: allowed, nothing taken.
+		out := *d
+		out.Allowed, out.Reason, out.RetryAfter, out.ShadowDenied = true, ReasonNone, 0, true
+		return out, nil
+	}
+	out, err := l.settle(ctx, now, n, eb, es, er)
+	if err != nil || out.n == 0 && out.more == nil {
+		return out, err // a failure decided it
+	}
+	// Every tier, in policy order: the enforced ones as the second call
+	// left them, the shadow ones as the first did.
+	second := out.Tiers()
+	merged := make([]TierState, 0, len(first))
+	var secondArr [inlineTiers]TierState
+	if len(first) <= inlineTiers {
+		second = secondArr[:copy(secondArr[:], second)]
+		merged = out.tiers[:0:inlineTiers]
+	}
+	for i, j := 0, 0; i < len(first); i++ {
+		if first[i].Shadow {
+			merged = append(merged, first[i])
+		} else {
+			merged, j = append(merged, second[j]), j+1
+		}
+	}
+	if len(first) <= inlineTiers {
+		out.n, out.more = len(merged), nil
+	} else {
+		out.n, out.more = len(merged), merged
+	}
+	out.ShadowDenied = out.Allowed
+	return out, nil
+}
+
+// shadowOnly reports whether every tier that denied d is in shadow mode.
+func (d *Decision) shadowOnly() bool {
+	for _, t := range d.Tiers() {
+		if !t.Allowed && !t.Shadow {
+			return false
+		}
+	}
+	return true
 }
 
 // breakerOpen returns the breaker refusal err is or wraps, if any.
@@ -513,7 +725,7 @@ func walkErr(err error, found func(error) bool) bool {
 // denied and what the fallback took stays taken (the fallback under-admits,
 // the store stays exact); if the store fails again, the fallback decides
 // them too.
-func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request, n int64, pe *PartialError, buckets []Bucket, states []BucketState, rules []*Rule) (Decision, error) {
+func (l *Limiter) decidePartial(ctx context.Context, now time.Time, n int64, pe *PartialError, buckets []Bucket, states []BucketState, rules []*Rule) (Decision, error) {
 	failed := make([]bool, len(buckets))
 	for _, i := range pe.Failed {
 		failed[i] = true
@@ -535,8 +747,7 @@ func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request
 		t := Take{Now: now, Cost: n, Buckets: badB, States: badS}
 		d.At = time.Unix(0, l.fallback.take(&t))
 		if !allAllowed(badS) {
-			d.fill(badS, badR, badB)
-			l.observe(ctx, req, &d)
+			d.fill(badS, badR, badB, l.shadow)
 			return d, nil
 		}
 	}
@@ -546,7 +757,6 @@ func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request
 		return Decision{}, err
 	case err != nil && l.failure == FailOpen:
 		d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
-		l.observe(ctx, req, &d)
 		return d, nil
 	case err != nil:
 		t := Take{Now: now, Cost: n, Buckets: okB, States: okS}
@@ -556,7 +766,7 @@ func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request
 		d.At = at
 	}
 	if l.failure == FailOpen {
-		d.fill(okS, okR, okB)
+		d.fill(okS, okR, okB, l.shadow)
 	} else {
 		// Back in policy order.
 		for i, j, k := 0, 0, 0; i < len(buckets); i++ {
@@ -566,9 +776,8 @@ func (l *Limiter) decidePartial(ctx context.Context, now time.Time, req *Request
 				states[i], k = okS[k], k+1
 			}
 		}
-		d.fill(states, rules, buckets)
+		d.fill(states, rules, buckets, l.shadow)
 	}
-	l.observe(ctx, req, &d)
 	return d, nil
 }
 
@@ -634,12 +843,57 @@ func ended(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision) {
-	if l.observer != nil {
-		// Copies, so that the caller's values stay on its stack.
-		rc, dc := *req, *d
-		l.observer(ctx, &rc, &dc)
+// run is decide with the observers called and store failures logged.
+func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64) (Decision, error) {
+	if !l.constructed() || len(l.observer) == 0 && l.log == nil {
+		return l.decide(ctx, now, req, n)
 	}
+	e := Event{Timed: len(l.observer) > 0 && (l.sampling == 1 || rand.Uint32()%l.sampling == 0)}
+	var start time.Time
+	if e.Timed {
+		start = time.Now()
+	}
+	d, err := l.decide(ctx, now, req, n)
+	if e.Timed {
+		e.Latency = time.Since(start)
+	}
+	if l.log != nil {
+		l.logFailure(ctx, &d, err)
+	}
+	if len(l.observer) > 0 {
+		// Copies, so that the caller's values stay on its stack.
+		rc, dc := *req, d
+		e.Request, e.Decision, e.Err = &rc, &dc, err
+		for _, o := range l.observer {
+			o(ctx, &e)
+		}
+	}
+	return d, err
+}
+
+// logFailure logs a store failure the decision reports or the error is.
+func (l *Limiter) logFailure(ctx context.Context, d *Decision, err error) {
+	failure := d.Err
+	if failure == nil && errors.Is(err, ErrUnavailable) {
+		failure = err
+	}
+	if failure == nil {
+		return
+	}
+	kind := ErrorKind(failure)
+	l.log.Log(ctx, slog.LevelWarn, "store:"+kind, "ratelimit: store failure",
+		slog.String("kind", kind), slog.String("failure_mode", l.failure.String()),
+		slog.Bool("denied", !d.Allowed), slog.String("error", failure.Error()))
+}
+
+// Logger returns the throttled logger made from WithLogger's, nil (which
+// logs nothing) if none, so that middlewares built on l log where l does,
+// under the same throttle.
+func (l *Limiter) Logger() *LogThrottle {
+	if !l.constructed() {
+		return nil
+	}
+	return l.log
 }
 
 // TierState is one tier's answer to a request. The zero value has a nil
@@ -648,6 +902,9 @@ type TierState struct {
 	Rule  *Rule  // the rule; read only
 	Limit *Limit // the limit applied: the rule's, or the identity's from its Lookup; read only
 	BucketState
+	// Shadow: the tier was decided in shadow mode (Rule.Shadow or
+	// WithShadow) and did not count towards Allowed.
+	Shadow bool
 }
 
 // limit returns t.Limit, or its rule's Limit for a TierState made without
@@ -693,6 +950,12 @@ type Decision struct {
 	Degraded bool
 	Err      error // see Degraded; nil when the store answered
 
+	// ShadowDenied is true when tiers in shadow mode alone would have
+	// denied the request, which was allowed (see WithShadow); the summary
+	// fields then describe the enforced tiers, and Tiers has the shadow
+	// tiers' states, denying.
+	ShadowDenied bool
+
 	n     int
 	tiers [inlineTiers]TierState
 	more  []TierState
@@ -724,7 +987,7 @@ func (d *Decision) Tier() (TierState, bool) {
 	return TierState{}, false
 }
 
-func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket) {
+func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, shadow bool) {
 	n := len(states)
 	if n > inlineTiers {
 		d.more = make([]TierState, n)
@@ -736,7 +999,7 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket) {
 	}
 	for i := range states {
 		st := &states[i]
-		ts := TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st}
+		ts := TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st, Shadow: shadow || rules[i].Shadow}
 		if d.more != nil {
 			d.more[i] = ts
 		} else {

@@ -1,8 +1,14 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -198,18 +204,222 @@ func TestBadInputUnderFailOpen(t *testing.T) {
 }
 
 func TestObserver(t *testing.T) {
-	var seen []Decision
-	var users []string
-	obs := func(_ context.Context, req *Request, d *Decision) {
-		seen = append(seen, *d)
-		users = append(users, req.User)
+	type seen struct {
+		user    string
+		allowed bool
+		err     error
+		timed   bool
+		latency time.Duration
 	}
-	l := newTestLimiter(t, []Option{WithObserver(obs)}, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
+	var first, second []seen
+	record := func(into *[]seen) Observer {
+		return func(_ context.Context, e *Event) {
+			*into = append(*into, seen{e.Request.User, e.Decision.Allowed, e.Err, e.Timed, e.Latency})
+		}
+	}
+	l := newTestLimiter(t, []Option{WithObserver(record(&first)), WithObserver(record(&second)), WithLatencySampling(1)},
+		Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)})
 	ctx := context.Background()
 	l.AllowAt(ctx, t0, Request{User: "a"}, 1)
 	l.AllowAt(ctx, t0, Request{User: "a"}, 1)
-	if len(seen) != 2 || !seen[0].Allowed || seen[1].Allowed || users[1] != "a" {
-		t.Fatalf("observed %+v for %v", seen, users)
+	l.AllowAt(ctx, t0, Request{User: "a\x00"}, 1) // bad input: observed with its error
+	if _, err := l.Inspect(ctx, Request{User: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 3 || !first[0].allowed || first[1].allowed || first[1].user != "a" || !errors.Is(first[2].err, ErrInvalidKey) {
+		t.Fatalf("first observer saw %+v", first)
+	}
+	if !slices.Equal(first, second) {
+		t.Fatalf("second observer saw %+v, first %+v", second, first)
+	}
+	for i, s := range first {
+		if !s.timed || s.latency <= 0 {
+			t.Errorf("decision %d: Timed = %v, Latency = %v with sampling 1, want timed and > 0", i, s.timed, s.latency)
+		}
+	}
+}
+
+// TestLatencySampling: with sampling n, about one decision in n is timed.
+func TestLatencySampling(t *testing.T) {
+	for _, n := range []int{4, DefaultLatencySampling} {
+		var timed, all int
+		opts := []Option{WithObserver(func(_ context.Context, e *Event) {
+			all++
+			if e.Timed {
+				timed++
+				if e.Latency <= 0 {
+					t.Errorf("timed decision with Latency %v", e.Latency)
+				}
+			} else if e.Latency != 0 {
+				t.Errorf("untimed decision with Latency %v", e.Latency)
+			}
+		})}
+		if n != DefaultLatencySampling {
+			opts = append(opts, WithLatencySampling(n))
+		}
+		l := newTestLimiter(t, opts, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})
+		const decisions = 20000
+		for range decisions {
+			l.Allow(context.Background(), Request{User: "u"})
+		}
+		// Binomial(20000, 1/n): 6 standard deviations either side.
+		want := float64(decisions) / float64(n)
+		sd := math.Sqrt(want * (1 - 1/float64(n)))
+		if all != decisions || math.Abs(float64(timed)-want) > 6*sd {
+			t.Errorf("sampling %d: %d of %d decisions timed, want %.0f ± %.0f", n, timed, all, want, 6*sd)
+		}
+	}
+}
+
+// TestShadow: shadow tiers are decided and reported and never deny; they
+// take tokens as if enforced, the enforced tiers as for any admitted
+// request.
+func TestShadow(t *testing.T) {
+	ctx := context.Background()
+	enforced := Rule{Name: "enforced", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 10)}
+	shadow := Rule{Name: "shadow", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 2), Shadow: true}
+	type step struct {
+		allowed, shadowDenied bool
+		enforcedLeft          int64 // the enforced tier's Remaining
+		shadowLeft            int64
+		shadowAllowed         bool
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		rules []Rule
+		steps []step
+	}{
+		{"shadow rule", nil, []Rule{enforced, shadow}, []step{
+			{true, false, 9, 1, true},
+			{true, false, 8, 0, true},
+			// The shadow tier denies: allowed, the enforced tier charged,
+			// the shadow tier not (a denied request takes nothing).
+			{true, true, 7, 0, false},
+			{true, true, 6, 0, false},
+		}},
+		{"whole limiter", []Option{WithShadow(true)}, []Rule{enforced, {Name: "small", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 2)}}, []step{
+			{true, false, 9, 1, true},
+			{true, false, 8, 0, true},
+			// Every tier is in shadow: nothing is taken from any.
+			{true, true, 8, 0, false},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newTestLimiter(t, tc.opts, tc.rules...)
+			for i, st := range tc.steps {
+				d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tiers := d.Tiers()
+				if len(tiers) != 2 {
+					t.Fatalf("step %d: %d tiers, want 2", i, len(tiers))
+				}
+				if d.Allowed != st.allowed || d.ShadowDenied != st.shadowDenied || tiers[0].Remaining != st.enforcedLeft ||
+					tiers[1].Remaining != st.shadowLeft || tiers[1].Allowed != st.shadowAllowed || !tiers[1].Shadow {
+					t.Errorf("step %d: Allowed %v ShadowDenied %v, tiers %+v; want %+v", i, d.Allowed, d.ShadowDenied, tiers, st)
+				}
+			}
+		})
+	}
+	// An enforced tier still denies, whatever the shadow tiers say.
+	l := newTestLimiter(t, nil, Rule{Name: "tight", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)}, shadow)
+	l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+	if d, _ := l.AllowAt(ctx, t0, Request{User: "u"}, 1); d.Allowed || d.ShadowDenied || d.Rule != "tight" {
+		t.Errorf("enforced denial: Allowed %v ShadowDenied %v Rule %q, want denied by tight", d.Allowed, d.ShadowDenied, d.Rule)
+	}
+}
+
+// TestShadowManyTiers: more tiers than a Decision holds inline.
+func TestShadowManyTiers(t *testing.T) {
+	var rules []Rule
+	for i := range 6 {
+		rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Scope: ScopeUser, Limit: TokenBucket(PerHour(1), int64(10+i)), Shadow: i%2 == 1})
+	}
+	rules[3].Limit = TokenBucket(PerHour(1), 1)
+	l := newTestLimiter(t, nil, rules...)
+	ctx := context.Background()
+	l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+	d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+	if err != nil || !d.Allowed || !d.ShadowDenied {
+		t.Fatalf("AllowAt = %+v, %v; want allowed, ShadowDenied", d, err)
+	}
+	for i, ts := range d.Tiers() {
+		wantLeft := int64(10+i) - 2
+		if i == 3 {
+			wantLeft = 0
+		} else if i%2 == 1 {
+			wantLeft = int64(10+i) - 1 // a shadow tier takes nothing when the request is shadow-denied
+		}
+		if ts.Rule.Name != rules[i].Name || ts.Remaining != wantLeft || ts.Shadow != (i%2 == 1) {
+			t.Errorf("tier %d: %s Remaining %d Shadow %v, want %s %d %v", i, ts.Rule.Name, ts.Remaining, ts.Shadow, rules[i].Name, wantLeft, i%2 == 1)
+		}
+	}
+}
+
+// TestLoggerThrottlesStoreFailures: a store outage logs one record per
+// kind per interval, with the count of those left out.
+func TestLoggerThrottlesStoreFailures(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	l := newTestLimiter(t, []Option{WithStore(failingStore{errDown}), WithLogger(logger)}, breakerRule)
+	for range 100 {
+		if d, err := l.Allow(context.Background(), Request{User: "u"}); err != nil || !d.Degraded {
+			t.Fatalf("Allow = %+v, %v; want degraded", d, err)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"kind":"unavailable"`) || !strings.Contains(lines[0], "store failure") {
+		t.Fatalf("logged %d records, want 1 store failure: %s", len(lines), buf.String())
+	}
+}
+
+func TestLogThrottle(t *testing.T) {
+	var buf bytes.Buffer
+	lt := NewLogThrottle(slog.New(slog.NewTextHandler(&buf, nil)), time.Minute)
+	now := t0
+	lt.now = func() time.Time { return now }
+	ctx := context.Background()
+	for i, st := range []struct {
+		at   time.Duration
+		key  string
+		want bool
+	}{
+		{0, "a", true}, {time.Second, "a", false}, {2 * time.Second, "b", true}, {59 * time.Second, "a", false},
+		{time.Minute, "a", true}, {time.Minute, "a", false},
+	} {
+		now = t0.Add(st.at)
+		if got := lt.Log(ctx, slog.LevelWarn, st.key, "m"); got != st.want {
+			t.Errorf("step %d: Log(%s) at %v = %v, want %v", i, st.key, st.at, got, st.want)
+		}
+	}
+	if !strings.Contains(buf.String(), "suppressed=2") {
+		t.Errorf("the record after the interval does not count the 2 left out: %s", buf.String())
+	}
+	var nilT *LogThrottle
+	if nilT.Log(ctx, slog.LevelError, "k", "m") || NewLogThrottle(nil, time.Second) != nil {
+		t.Error("a nil LogThrottle logs")
+	}
+}
+
+func TestErrorKind(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{fmt.Errorf("x: %w", ErrBreakerOpen), "breaker_open"},
+		{fmt.Errorf("bound: %w", context.DeadlineExceeded), "timeout"},
+		{context.Canceled, "canceled"},
+		{fmt.Errorf("%w: empty", ErrInvalidKey), "invalid_input"},
+		{ErrUnknownPlan, "invalid_input"},
+		{&PartialError{Failed: []int{0}, Err: errDown}, "partial"},
+		{errDown, "unavailable"},
+	} {
+		if got := ErrorKind(tc.err); got != tc.want {
+			t.Errorf("ErrorKind(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }
 
@@ -318,5 +528,62 @@ func TestReclaimDelay(t *testing.T) {
 	}
 	if _, err := NewMemoryStore(WithReclaimDelay(-time.Second)); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("negative delay: %v", err)
+	}
+}
+
+// TestInspectAndReset: Inspect reads without taking; Reset makes every
+// bucket of the request full again, on the memory store and its fallback;
+// a store that cannot reset says so.
+func TestInspectAndReset(t *testing.T) {
+	ctx := context.Background()
+	rules := []Rule{
+		{Name: "user", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 3)},
+		{Name: "ip", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 5)},
+	}
+	req := Request{User: "u", IP: "192.0.2.1"}
+	l := newTestLimiter(t, nil, rules...)
+	for range 3 {
+		l.Allow(ctx, req)
+	}
+	for range 2 {
+		d, err := l.Inspect(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tiers := d.Tiers(); len(tiers) != 2 || tiers[0].Remaining != 0 || tiers[1].Remaining != 2 {
+			t.Fatalf("Inspect: tiers %+v, want user 0 and ip 2 left", tiers)
+		}
+	}
+	if err := l.Reset(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := l.Inspect(ctx, req)
+	if tiers := d.Tiers(); tiers[0].Remaining != 3 || tiers[1].Remaining != 5 {
+		t.Fatalf("after Reset: tiers %+v, want full (3 and 5)", tiers)
+	}
+	if err := l.Reset(ctx, Request{User: "u\x00"}); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("Reset of a bad key = %v, want ErrInvalidKey", err)
+	}
+	other := newTestLimiter(t, []Option{WithStore(okStore{})}, rules...)
+	if err := other.Reset(ctx, req); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Reset on a store that cannot = %v, want errors.ErrUnsupported", err)
+	}
+}
+
+func TestMemoryStoreMetrics(t *testing.T) {
+	m, err := NewMemoryStore(WithMaxKeys(64), WithShards(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLimiter(t, []Option{WithStore(m)}, Rule{Name: "r", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+	for i := range 100 {
+		l.AllowAt(context.Background(), t0, Request{User: fmt.Sprint(i)}, 1)
+	}
+	got := map[string]float64{}
+	m.CollectMetrics(func(mt Metric) { got[mt.Name] = mt.Value })
+	st := m.Stats()
+	want := map[string]float64{"memory_keys": float64(st.Keys), "memory_reclaimed_total": float64(st.Reclaimed), "memory_evictions_total": float64(st.Evictions)}
+	if fmt.Sprint(got) != fmt.Sprint(want) || st.Evictions == 0 || st.Keys == 0 {
+		t.Errorf("CollectMetrics = %v, want %v with keys and evictions", got, want)
 	}
 }

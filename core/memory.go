@@ -633,6 +633,37 @@ func (s *MemoryStore) Reclaim() {
 	}
 }
 
+// Reset implements Resetter: it drops bucket (rule, id), which is then
+// full. Decisions under way on it finish first; later ones find it new. It
+// fails with an error wrapping ErrInvalidKey for an id CheckKey refuses and
+// ErrNotConstructed for a store not made by NewMemoryStore.
+func (s *MemoryStore) Reset(_ context.Context, rule, id string) error {
+	if !s.constructed() {
+		return fmt.Errorf("%w: MemoryStore is a zero value or nil; make one with NewMemoryStore", ErrNotConstructed)
+	}
+	if err := CheckKey(id); err != nil {
+		return err
+	}
+	key := appendKey(nil, &Bucket{Rule: rule, Key: id})
+	h := maphash.Bytes(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tab := sh.tab.Load()
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		e := tab.slots[i].e.Load()
+		if e == nil {
+			return nil // absent: full already
+		}
+		if e != tombstone && tab.slots[i].hash.Load() == h && e.key == string(key) {
+			e.mu.Lock()
+			sh.drop(tab, int(i), e)
+			e.mu.Unlock()
+			return nil
+		}
+	}
+}
+
 // MemoryStats counts what a MemoryStore holds and has dropped. The zero
 // value is an empty store that never dropped anything.
 type MemoryStats struct {

@@ -86,6 +86,9 @@ type Rule struct {
 	Lookup Lookup
 	// Disabled rules are kept in the policy but never applied.
 	Disabled bool
+	// Shadow rules are decided and reported like the others but never deny:
+	// see the Limiter's shadow mode (WithShadow) for what they take.
+	Shadow bool
 }
 
 // RuleError reports what is wrong with one rule. It wraps one of the
@@ -137,6 +140,8 @@ type Policy struct {
 	always   []int
 	byRoute  map[string][]int
 	byMethod map[string][]int
+
+	shadow bool // some rule is in shadow mode
 }
 
 // Plans says which plan a request whose plan is empty or unknown gets. The
@@ -195,6 +200,7 @@ func NewPlanPolicy(plans Plans, rules ...Rule) (*Policy, error) {
 		if err := r.Limit.validate(); err != nil {
 			return fail(err)
 		}
+		p.shadow = p.shadow || r.Shadow
 		for _, plan := range seen[r.Name] {
 			if plan == r.Plan || plan == "" || r.Plan == "" {
 				return fail(fmt.Errorf("%w: name already used for plan %q; a name may repeat only on distinct plans", ErrDuplicateRule, plan))

@@ -144,7 +144,8 @@ func startServer(rules []core.Rule, routes ...string) (*server, error) {
 }
 
 // observe records the deciding tier of each decision (core.WithObserver).
-func (s *server) observe(_ context.Context, _ *core.Request, d *core.Decision) {
+func (s *server) observe(_ context.Context, e *core.Event) {
+	d := e.Decision
 	s.mu.Lock()
 	s.last = Tier{Rule: d.Rule, Scope: d.Scope, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter}
 	s.mu.Unlock()
