@@ -66,9 +66,10 @@ type Breaker struct {
 	threshold uint64        // consecutive failures that open it, >= 1
 	cooldown  time.Duration // how long it stays open, > 0
 
-	word atomic.Uint64
-	trip atomic.Pointer[BreakerOpenError] // the last opening; valid whenever the state is not closed
-	mu   sync.Mutex
+	word   atomic.Uint64
+	trip   atomic.Pointer[BreakerOpenError] // the last opening; valid whenever the state is not closed
+	mu     sync.Mutex
+	notify func(to BreakerState, err error) // see OnTransition; nil: none
 }
 
 // BreakerOpenError is the refusal of an open Breaker. It wraps
@@ -123,6 +124,18 @@ func NewBreaker(failures int, cooldown time.Duration) (*Breaker, error) {
 	return &Breaker{threshold: uint64(failures), cooldown: cooldown}, nil
 }
 
+// OnTransition makes b call fn on every change of state: to BreakerOpen with
+// the failure that opened it, to BreakerHalfOpen when a probe is let
+// through, to BreakerClosed when a probe succeeded. It must be called
+// before b is used, and fn must be quick and not call b: it runs on the
+// deciding goroutine, holding b's lock for openings. Stores log breaker
+// transitions through it. A nil fn removes the hook.
+func (b *Breaker) OnTransition(fn func(to BreakerState, err error)) {
+	if b.active() {
+		b.notify = fn
+	}
+}
+
 // now reads the wall clock, which testing/synctest fakes inside a bubble.
 // Cooldowns are short and only gate probes, so a clock step at worst moves
 // one probe.
@@ -169,6 +182,9 @@ func (b *Breaker) Admit() (probe bool, err *BreakerOpenError) {
 		// The cooldown is over: the first to swap is the probe. The
 		// others see half-open and fail fast.
 		if b.word.CompareAndSwap(w, uint64(BreakerHalfOpen)) {
+			if b.notify != nil {
+				b.notify(BreakerHalfOpen, nil)
+			}
 			return true, nil
 		}
 	}
@@ -197,6 +213,9 @@ func (b *Breaker) success(probe bool) {
 	b.mu.Lock()
 	if probe || b.word.Load()&brStateMask == uint64(BreakerClosed) {
 		b.word.Store(uint64(BreakerClosed))
+		if probe && b.notify != nil {
+			b.notify(BreakerClosed, nil)
+		}
 	}
 	b.mu.Unlock()
 }
@@ -225,6 +244,9 @@ func (b *Breaker) failure(err error, probe bool) *BreakerOpenError {
 	// The trip first: a reader that sees the open state must see its trip.
 	b.trip.Store(t)
 	b.word.Store(uint64(BreakerOpen))
+	if b.notify != nil {
+		b.notify(BreakerOpen, err)
+	}
 	return t
 }
 

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -648,4 +650,35 @@ func TestDecideAllocs(t *testing.T) {
 			t.Errorf("%s: Allow makes %v allocations, want 0", tc.name, got)
 		}
 	}
+}
+
+// TestBreakerOnTransition: the hook sees every change of state, in order,
+// with the failure that opened the breaker.
+func TestBreakerOnTransition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := NewBreaker(2, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		b.OnTransition(func(to BreakerState, err error) { got = append(got, fmt.Sprintf("%v:%v", to, err)) })
+		fail := func() {
+			probe, open := b.Admit()
+			if open == nil {
+				b.Record(probe, errDown)
+			}
+		}
+		fail()
+		fail() // opens
+		fail() // refused: no change
+		time.Sleep(time.Second)
+		fail() // the probe fails: open again
+		time.Sleep(time.Second)
+		probe, _ := b.Admit()
+		b.Record(probe, nil) // the probe succeeds: closed
+		want := []string{"open:" + errDown.Error(), "half_open:<nil>", "open:" + errDown.Error(), "half_open:<nil>", "closed:<nil>"}
+		if !slices.Equal(got, want) {
+			t.Errorf("transitions %q, want %q", got, want)
+		}
+	})
 }

@@ -267,7 +267,37 @@ type Result struct {
 // delay, which it waits out (ClientGone when the request's context ends
 // first). It never panics on a request: a key function's error or an
 // invalid key or cost is a Result with Err.
+//
+// A request that fails (BadInput or Failed) is logged through the
+// limiter's logger (core.WithLogger), throttled per kind of failure,
+// whatever the error handler does with it; nothing when no logger is set.
 func (e *Engine) Check(r keyfuncs.Request) Result {
+	res := e.check(r)
+	if res.Err != nil && (res.Outcome == BadInput || res.Outcome == Failed) {
+		e.logFailure(r, &res)
+	}
+	return res
+}
+
+// logFailure logs a request that could not be decided, if the limiter has
+// a logger: client input at Info (a client can send it at will), the rest
+// at Error.
+func (e *Engine) logFailure(r keyfuncs.Request, res *Result) {
+	log := e.limiter.Logger()
+	if log == nil {
+		return
+	}
+	level, msg := slog.LevelError, "ratelimit: request not decided"
+	if res.Outcome == BadInput {
+		level, msg = slog.LevelInfo, "ratelimit: request refused: bad input"
+	}
+	kind := core.ErrorKind(res.Err)
+	log.Log(r.Context(), level, "flow:"+res.Outcome.String()+":"+kind, msg,
+		slog.String("adapter", e.adapter), slog.String("outcome", res.Outcome.String()), slog.String("kind", kind),
+		slog.String("method", r.Method()), slog.String("route", r.Route()), slog.String("error", res.Err.Error()))
+}
+
+func (e *Engine) check(r keyfuncs.Request) Result {
 	if e.skip != nil && e.skip(r) {
 		return Result{Outcome: Skipped}
 	}

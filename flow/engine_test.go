@@ -3,7 +3,9 @@ package flow_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -142,7 +144,6 @@ func TestCheck(t *testing.T) {
 }
 
 func TestCheckErrors(t *testing.T) {
-	l := flowtest.LimiterWith(t, nil, perUser)
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name string
@@ -158,6 +159,8 @@ func TestCheckErrors(t *testing.T) {
 		{"no client address", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, keyfuncs.Static{Peer: "@unix"}, flow.BadInput},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			l := flowtest.LimiterWith(t, []core.Option{core.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil)))}, perUser)
 			m, err := flow.New(l, "test", nil, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -165,6 +168,20 @@ func TestCheckErrors(t *testing.T) {
 			res := m.Check(tc.req)
 			if res.Err == nil || res.Outcome != tc.want {
 				t.Fatalf("Check = %+v, want %v with an error", res, tc.want)
+			}
+			// Logged through the limiter's logger, once; the same failure
+			// again within the interval is counted, not logged.
+			m.Check(tc.req)
+			var rec map[string]any
+			if err := json.Unmarshal(logs.Bytes(), &rec); err != nil {
+				t.Fatalf("want one JSON log record, got %q: %v", logs.String(), err)
+			}
+			wantLevel := "ERROR"
+			if tc.want == flow.BadInput {
+				wantLevel = "INFO"
+			}
+			if rec["level"] != wantLevel || rec["outcome"] != tc.want.String() || rec["adapter"] != "test" || rec["error"] != res.Err.Error() {
+				t.Errorf("logged %v, want level %s, outcome %v, adapter test and the error", rec, wantLevel, tc.want)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package goredis
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
@@ -27,6 +28,14 @@ func WithTimeout(d time.Duration) Option { return option(redisstore.Timeout(d)) 
 func WithBreaker(failures int, cooldown time.Duration) Option {
 	return option(redisstore.Breaker(failures, cooldown))
 }
+
+// WithLogger logs the store's circuit breaker transitions (WithBreaker)
+// through logger: a node's breaker opening, with the failure, as an error;
+// its probe and its closing as information; at most one record per node and
+// state every core.LogInterval. A nil logger is an error. The default logs
+// nothing. Store failures themselves are logged by the limiter
+// (core.WithLogger).
+func WithLogger(logger *slog.Logger) Option { return option(redisstore.Logger(logger)) }
 
 // WithRequireRedis makes New and Open fail, with an error wrapping
 // core.ErrUnavailable, when Redis (every master, in Cluster) does not answer

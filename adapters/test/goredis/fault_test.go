@@ -5,9 +5,11 @@ package goredis_test
 // for what a real server never does (garbage replies, no reply at all).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -248,15 +250,17 @@ func testKillMidLoad(t *testing.T, mode core.FailureMode, withBreaker bool) {
 	checkFaultLeaks(t)
 	srv := redistest.Standalone(t)
 	var storeOpts []goredis.Option
+	var logs lockedBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	if withBreaker {
-		storeOpts = append(storeOpts, goredis.WithBreaker(3, 50*time.Millisecond))
+		storeOpts = append(storeOpts, goredis.WithBreaker(3, 50*time.Millisecond), goredis.WithLogger(logger))
 	}
 	store := mustStore(t, faultClient(t, faultOptions(srv.Addr)), storeOpts...)
 	// One token an hour: nothing refills during the test, so the fallback's
 	// admissions can be counted against the burst.
 	const burst, users, workers = 20, 4, 16
 	policy := redistests.Policy(t, core.Rule{Name: "kill", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), burst)})
-	lim := redistests.Limiter(t, policy, core.WithStore(store), core.WithFailureMode(mode))
+	lim := redistests.Limiter(t, policy, core.WithStore(store), core.WithFailureMode(mode), core.WithLogger(logger))
 	reqs := make([]core.Request, users)
 	for i := range reqs {
 		reqs[i] = core.Request{User: "user" + strconv.Itoa(i)}
@@ -356,6 +360,22 @@ func testKillMidLoad(t *testing.T, mode core.FailureMode, withBreaker bool) {
 	}
 	if withBreaker && breakerOpen == 0 {
 		t.Errorf("the breaker never opened during the outage (%d degraded decisions)", degraded)
+	}
+	// The outage is in the log: the limiter's store failures, and the
+	// breaker opening, probing and closing again once Redis is back; each
+	// throttled, so a handful of records for thousands of failures.
+	records := logs.records(t)
+	want := []string{`"msg":"ratelimit: store failure"`}
+	if withBreaker {
+		want = append(want, `"msg":"ratelimit: redis: circuit breaker open"`, `"state":"half_open"`, `"msg":"ratelimit: redis: circuit breaker closed"`)
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(records, func(r string) bool { return strings.Contains(r, w) }) {
+			t.Errorf("no log record with %s in %d records:\n%s", w, len(records), strings.Join(records, "\n"))
+		}
+	}
+	if len(records) > 50 {
+		t.Errorf("%d log records for one outage: the throttle should keep them to a handful", len(records))
 	}
 	if !withBreaker && breakerOpen > 0 {
 		t.Errorf("%d decisions report an open breaker, but the limiter has none", breakerOpen)
@@ -1166,4 +1186,24 @@ func checkFailureMode(t *testing.T, mode core.FailureMode, d core.Decision, err 
 			t.Errorf("%v: Allow = %+v, %v; want admitted by a fresh fallback bucket, degraded", mode, d, err)
 		}
 	}
+}
+
+// lockedBuffer collects log records written from many goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// records returns the records written so far, one JSON object each.
+func (b *lockedBuffer) records(t *testing.T) []string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -29,6 +30,7 @@ type Config struct {
 	local     bool          // answer provable denials locally
 	localKeys int           // bucket keys the cached local denials track
 	noBatch   bool          // one script call per request
+	logger    *slog.Logger  // nil: no logging
 	errs      []error
 }
 
@@ -107,6 +109,17 @@ func LocalDenialKeys(n int) func(*Config) { return func(c *Config) { c.localKeys
 
 // LocalDenials answers provable denials locally.
 func LocalDenials(c *Config) { c.local = true }
+
+// Logger logs breaker transitions through logger; nil is an error.
+func Logger(logger *slog.Logger) func(*Config) {
+	return func(c *Config) {
+		if logger == nil {
+			c.Fail("WithLogger: logger is nil")
+			return
+		}
+		c.logger = logger
+	}
+}
 
 // NoBatching sends every request in a script call of its own.
 func NoBatching(c *Config) { c.noBatch = true }

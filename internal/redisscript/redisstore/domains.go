@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,9 +50,10 @@ type domain struct {
 // domains maps hash slots to failure domains. It is safe for concurrent use.
 type domains struct {
 	client   Client
-	failures int           // breaker threshold; 0: no breakers
-	cooldown time.Duration // breaker cooldown
-	whole    *domain       // outside Cluster, and for slots no map covers
+	failures int               // breaker threshold; 0: no breakers
+	cooldown time.Duration     // breaker cooldown
+	log      *core.LogThrottle // breaker transitions; nil: none
+	whole    *domain           // outside Cluster, and for slots no map covers
 
 	mu     sync.Mutex
 	byName map[string]*domain // every node seen, so a breaker outlives a refresh
@@ -61,8 +63,8 @@ type domains struct {
 	last       atomic.Int64 // when the last refresh started, Unix ns
 }
 
-func newDomains(client Client, failures int, cooldown time.Duration) *domains {
-	d := &domains{client: client, failures: failures, cooldown: cooldown, byName: map[string]*domain{}}
+func newDomains(client Client, failures int, cooldown time.Duration, log *core.LogThrottle) *domains {
+	d := &domains{client: client, failures: failures, cooldown: cooldown, log: log, byName: map[string]*domain{}}
 	d.whole = d.named("redis")
 	return d
 }
@@ -79,9 +81,25 @@ func (d *domains) named(name string) *domain {
 	if d.failures > 0 {
 		// The options were checked: NewBreaker cannot fail.
 		dm.br, _ = core.NewBreaker(d.failures, d.cooldown)
+		if d.log != nil {
+			dm.br.OnTransition(func(to core.BreakerState, err error) { d.logTransition(name, to, err) })
+		}
 	}
 	d.byName[name] = dm
 	return dm
+}
+
+// logTransition logs a change of the breaker of the domain called name:
+// openings as errors, the rest as information; throttled per node and
+// state, so that a flapping node cannot flood the log.
+func (d *domains) logTransition(name string, to core.BreakerState, err error) {
+	level, msg := slog.LevelInfo, "ratelimit: redis: circuit breaker "+to.String()
+	attrs := []slog.Attr{slog.String("node", name), slog.String("state", to.String())}
+	if to == core.BreakerOpen {
+		level = slog.LevelError
+		attrs = append(attrs, slog.Duration("cooldown", d.cooldown), slog.String("error", err.Error()))
+	}
+	d.log.Log(context.Background(), level, "breaker:"+name+":"+to.String(), msg, attrs...)
 }
 
 // of returns the domain of slot (any slot outside Cluster), refreshing the

@@ -63,7 +63,7 @@ func newStore(client Client, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: client, cluster: client.Cluster(), keys: keys, clock: cfg.clock, timeout: cfg.timeout, minTTL: cfg.minTTL}
-	s.domains = newDomains(client, cfg.failures, cfg.cooldown)
+	s.domains = newDomains(client, cfg.failures, cfg.cooldown, core.NewLogThrottle(cfg.logger, core.LogInterval))
 	if p, ok := client.(Pipelines); s.cluster && (!ok || !p.AutoPipelines()) {
 		s.pipes = true
 	}
