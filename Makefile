@@ -85,7 +85,7 @@ bench-versions:
 		diff <(echo "$$want") <(echo "$$got") >&2; exit 1; \
 	fi
 
-## deps: what the tests need beyond Go (redis-server, installed with apt-get when root)
+## deps: what the tests need beyond Go (redis-server and PostgreSQL, installed with apt-get when root)
 deps:
 	@$(GO) version >/dev/null
 	@if ! command -v redis-server >/dev/null 2>&1; then \
@@ -99,3 +99,13 @@ deps:
 		fi; \
 	fi
 	@redis-server --version >/dev/null
+	@if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			echo "installing postgresql with apt-get"; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get update -qq && apt-get install -y -qq postgresql >/dev/null || exit 1; \
+		else \
+			echo "initdb not found: install the postgresql package (apt-get install postgresql on Debian/Ubuntu, brew install postgresql on macOS)" >&2; \
+			exit 1; \
+		fi; \
+	fi

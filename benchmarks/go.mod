@@ -30,6 +30,7 @@ require (
 	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794 // indirect
 	github.com/andybalholm/brotli v1.1.0 // indirect
 	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
+	github.com/bucketry/ratelimit/internal/proctest v0.1.0 // indirect
 	github.com/bucketry/ratelimit/keyfuncs v0.1.0 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect

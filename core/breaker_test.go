@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -681,4 +683,27 @@ func TestBreakerOnTransition(t *testing.T) {
 			t.Errorf("transitions %q, want %q", got, want)
 		}
 	})
+}
+
+// TestObservedAllocs: observers and the logger add no allocation to a
+// decision (the event is pooled, which the race detector defeats at random:
+// see TestDecideAllocs).
+func TestObservedAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("pooled path: checked by the run without the race detector (make test runs it)")
+	}
+	var seen int
+	obs := func(_ context.Context, e *Event) { seen += int(e.Decision.Cost) }
+	l := newTestLimiter(t, []Option{WithObserver(obs), WithObserver(obs), WithLatencySampling(2), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))},
+		Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)},
+		Rule{Name: "g", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})
+	ctx := context.Background()
+	req := Request{User: "alice"}
+	l.Allow(ctx, req)
+	if got := testing.AllocsPerRun(1000, func() { l.Allow(ctx, req) }); got != 0 {
+		t.Errorf("Allow with observers makes %v allocations, want 0", got)
+	}
+	if seen == 0 {
+		t.Error("the observers saw nothing")
+	}
 }

@@ -342,8 +342,9 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 }
 
 // Allow reports whether one request may happen now. It is AllowN(ctx, req, 1).
-func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
-	return l.run(ctx, time.Time{}, &req, 1)
+func (l *Limiter) Allow(ctx context.Context, req Request) (d Decision, err error) {
+	err = l.run(ctx, time.Time{}, &req, 1, &d)
+	return d, err
 }
 
 // AllowN reports whether a request of cost n may happen now, and if so
@@ -360,22 +361,24 @@ func (l *Limiter) Allow(ctx context.Context, req Request) (Decision, error) {
 // by NewLimiter. Under FailOpen and FailFallback a store failure is reported
 // in Decision.Err, not as an error. AllowN is safe for concurrent use, as
 // are Allow, AllowAt, Wait and WaitN.
-func (l *Limiter) AllowN(ctx context.Context, req Request, n int64) (Decision, error) {
-	return l.run(ctx, time.Time{}, &req, n)
+func (l *Limiter) AllowN(ctx context.Context, req Request, n int64) (d Decision, err error) {
+	err = l.run(ctx, time.Time{}, &req, n, &d)
+	return d, err
 }
 
 // AllowAt is AllowN at an explicit time instead of the store's clock. It
 // exists for tests and replays; a shared store then trusts the caller's
 // clock. now must lie between the Unix epoch and MaxTime(); a zero now is an
 // error wrapping ErrInvalidTime.
-func (l *Limiter) AllowAt(ctx context.Context, now time.Time, req Request, n int64) (Decision, error) {
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, req Request, n int64) (d Decision, err error) {
 	if !l.constructed() {
-		return Decision{}, errNotConstructed()
+		return d, errNotConstructed()
 	}
 	if now.IsZero() {
-		return Decision{}, fmt.Errorf("%w: zero time", ErrInvalidTime)
+		return d, fmt.Errorf("%w: zero time", ErrInvalidTime)
 	}
-	return l.run(ctx, now, &req, n)
+	err = l.run(ctx, now, &req, n, &d)
+	return d, err
 }
 
 // Inspect reports the state of every tier that applies to req without
@@ -383,8 +386,9 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, req Request, n int
 // by reading only. It calls no observer and logs nothing, so that an
 // operator looking at a key does not show in metrics or audit logs. Its
 // errors are AllowN's.
-func (l *Limiter) Inspect(ctx context.Context, req Request) (Decision, error) {
-	return l.decide(ctx, time.Time{}, &req, 0)
+func (l *Limiter) Inspect(ctx context.Context, req Request) (d Decision, err error) {
+	err = l.decide(ctx, time.Time{}, &req, 0, &d)
+	return d, err
 }
 
 // Resetter is a Store that can reset a bucket: make it full, as if new. The
@@ -438,8 +442,8 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 // returns AllowN's errors, without waiting, as AllowN does.
 func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, error) {
 	for {
-		d, err := l.run(ctx, time.Time{}, &req, n)
-		if err != nil {
+		var d Decision
+		if err := l.run(ctx, time.Time{}, &req, n, &d); err != nil {
 			return d, err
 		}
 		wait := d.Delay
@@ -467,16 +471,19 @@ func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, er
 	}
 }
 
-func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int64) (Decision, error) {
+// decide decides req into d, which is the zero Decision: writing through
+// a pointer, not returning the Decision by value, spares each layer a copy
+// of it.
+func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int64, d *Decision) error {
 	if !l.constructed() {
-		return Decision{}, errNotConstructed()
+		return errNotConstructed()
 	}
 	if err := checkCost(n); err != nil {
-		return Decision{}, err
+		return err
 	}
 	if !now.IsZero() {
 		if err := checkTime(now); err != nil {
-			return Decision{}, err
+			return err
 		}
 	}
 	p := l.policy.Load()
@@ -492,17 +499,17 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	buckets, states, rules := bucketArr[:0], stateArr[:0], ruleArr[:0]
 	buckets, rules, err := p.resolve(ctx, req, buckets, rules)
 	if err != nil {
-		return Decision{}, err
+		return err
 	}
 	if len(buckets) > len(stateArr) {
 		states = make([]BucketState, len(buckets))
 	}
 	states = states[:len(buckets)]
-	d, err := l.settle(ctx, now, n, buckets, states, rules)
+	err = l.settle(ctx, now, n, buckets, states, rules, d)
 	if err == nil && !d.Allowed && (l.shadow || p.shadow) && d.shadowOnly() {
-		return l.unshadow(ctx, now, n, buckets, rules, &d)
+		return l.unshadow(ctx, now, n, buckets, rules, d)
 	}
-	return d, err
+	return err
 }
 
 // resolve appends to buckets and rules the bucket and rule of every tier
@@ -543,13 +550,13 @@ func (p *Policy) resolve(ctx context.Context, req *Request, buckets []Bucket, ru
 	return buckets, rules, nil
 }
 
-// settle decides a request on its buckets: the store call, the failure
-// mode when it fails, and the decision from the states.
-func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []Bucket, states []BucketState, rules []*Rule) (Decision, error) {
-	var d Decision
+// settle decides a request on its buckets into d, the zero Decision: the
+// store call, the failure mode when it fails, and the decision from the
+// states.
+func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []Bucket, states []BucketState, rules []*Rule, d *Decision) error {
 	d.Allowed, d.Cost = true, n
 	if len(buckets) == 0 {
-		return d, nil
+		return nil
 	}
 	var err error
 	if l.memory != nil {
@@ -560,19 +567,21 @@ func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []
 		d.At, err = l.takeFrom(ctx, l.store, now, n, buckets, states)
 		if err != nil && gaveUp(ctx, err) {
 			// The caller gave up, which says nothing about the store.
-			return Decision{}, err
+			*d = Decision{}
+			return err
 		}
 	}
 	if err != nil {
 		if pe := partialError(err, len(buckets)); pe != nil && l.failure != FailClosed {
-			return l.decidePartial(ctx, now, n, pe, buckets, states, rules)
+			*d, err = l.decidePartial(ctx, now, n, pe, buckets, states, rules)
+			return err
 		}
 		switch l.failure {
 		case FailOpen:
-			d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
-			return d, nil
+			*d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
+			return nil
 		case FailClosed:
-			d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
+			*d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
 			var uerr error
 			if open := breakerOpen(err); open != nil {
 				// An honest Retry-After: the store is not asked before then.
@@ -584,21 +593,21 @@ func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []
 			if uerr == nil {
 				uerr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
-			return d, uerr
+			return uerr
 		case FailFallback:
 			t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
 			d.At, d.Degraded, d.Err = time.Unix(0, l.fallback.take(&t)), true, err
 		}
 	}
 	d.fill(states, rules, buckets, l.shadow)
-	return d, nil
+	return nil
 }
 
 // unshadow decides a request that only shadow tiers denied (d, from one
 // store call that took nothing): it goes ahead, so the enforced tiers are
 // charged in a second call, which decides it; the shadow tiers keep what
 // the first call said of them, having taken nothing, as if enforced.
-func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets []Bucket, rules []*Rule, d *Decision) (Decision, error) {
+func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets []Bucket, rules []*Rule, d *Decision) error {
 	first := d.Tiers()
 	var (
 		bucketArr [inlineTiers]Bucket
@@ -613,13 +622,14 @@ func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets 
 	}
 	if len(eb) == 0 {
 		// Every tier is in shadow: allowed, nothing taken.
-		out := *d
-		out.Allowed, out.Reason, out.RetryAfter, out.ShadowDenied = true, ReasonNone, 0, true
-		return out, nil
+		d.Allowed, d.Reason, d.RetryAfter, d.ShadowDenied = true, ReasonNone, 0, true
+		return nil
 	}
-	out, err := l.settle(ctx, now, n, eb, es, er)
+	var out Decision
+	err := l.settle(ctx, now, n, eb, es, er, &out)
 	if err != nil || out.n == 0 && out.more == nil {
-		return out, err // a failure decided it
+		*d = out
+		return err // a failure decided it
 	}
 	// Every tier, in policy order: the enforced ones as the second call
 	// left them, the shadow ones as the first did.
@@ -643,7 +653,8 @@ func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets 
 		out.n, out.more = len(merged), merged
 	}
 	out.ShadowDenied = out.Allowed
-	return out, nil
+	*d = out
+	return nil
 }
 
 // shadowOnly reports whether every tier that denied d is in shadow mode.
@@ -844,35 +855,56 @@ func ended(ctx context.Context) bool {
 }
 
 // run is decide with the observers called and store failures logged.
-func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64) (Decision, error) {
+func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64, d *Decision) error {
 	if !l.constructed() || len(l.observer) == 0 && l.log == nil {
-		return l.decide(ctx, now, req, n)
+		return l.decide(ctx, now, req, n, d)
 	}
-	e := Event{Timed: len(l.observer) > 0 && (l.sampling == 1 || rand.Uint32()%l.sampling == 0)}
+	if len(l.observer) == 0 {
+		err := l.decide(ctx, now, req, n, d)
+		l.logFailure(ctx, d, err)
+		return err
+	}
+	// The event and what it points to live in a pooled object: observers
+	// are func values, which the compiler must assume keep their
+	// arguments, so values on this stack would move to the heap. It keeps
+	// its copies until its next use (or the pool's next cleaning, at a
+	// GC): clearing them would cost a decision as much as copying them.
+	ob := observedPool.Get().(*observed)
+	timed := l.sampling == 1 || rand.Uint32()%l.sampling == 0
 	var start time.Time
-	if e.Timed {
+	if timed {
 		start = time.Now()
 	}
-	d, err := l.decide(ctx, now, req, n)
-	if e.Timed {
-		e.Latency = time.Since(start)
+	err := l.decide(ctx, now, req, n, d)
+	ob.e = Event{Request: &ob.r, Decision: &ob.d, Err: err, Timed: timed}
+	if timed {
+		ob.e.Latency = time.Since(start)
 	}
 	if l.log != nil {
-		l.logFailure(ctx, &d, err)
+		l.logFailure(ctx, d, err)
 	}
-	if len(l.observer) > 0 {
-		// Copies, so that the caller's values stay on its stack.
-		rc, dc := *req, d
-		e.Request, e.Decision, e.Err = &rc, &dc, err
-		for _, o := range l.observer {
-			o(ctx, &e)
-		}
+	ob.r, ob.d = *req, *d
+	for _, o := range l.observer {
+		o(ctx, &ob.e)
 	}
-	return d, err
+	observedPool.Put(ob)
+	return err
 }
+
+// observed is what an Observer's Event points to.
+type observed struct {
+	e Event
+	r Request
+	d Decision
+}
+
+var observedPool = sync.Pool{New: func() any { return new(observed) }}
 
 // logFailure logs a store failure the decision reports or the error is.
 func (l *Limiter) logFailure(ctx context.Context, d *Decision, err error) {
+	if l.log == nil {
+		return
+	}
 	failure := d.Err
 	if failure == nil && errors.Is(err, ErrUnavailable) {
 		failure = err

@@ -122,9 +122,8 @@ func ErrorKind(err error) string {
 	case errors.Is(err, ErrNotConstructed):
 		return "not_constructed"
 	}
-	var pe *PartialError
-	if errors.As(err, &pe) {
-		return "partial"
+	if walkErr(err, func(e error) bool { _, ok := e.(*PartialError); return ok }) {
+		return "partial" // walkErr, not errors.As: no allocation
 	}
 	return "unavailable"
 }

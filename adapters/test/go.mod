@@ -16,6 +16,7 @@ require (
 
 require (
 	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
+	github.com/bucketry/ratelimit/internal/proctest v0.1.0 // indirect
 	github.com/bucketry/ratelimit/keyfuncs v0.1.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect

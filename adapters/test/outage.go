@@ -41,7 +41,7 @@ func CheckLeaks(t *testing.T) {
 	t.Helper()
 	opts := []goleak.Option{
 		goleak.IgnoreCurrent(),
-		goleak.IgnoreAnyFunction("github.com/bucketry/ratelimit/internal/redistest.startProcess.func1.1"),
+		goleak.IgnoreAnyFunction("github.com/bucketry/ratelimit/internal/proctest.spawnLoop"),
 	}
 	t.Cleanup(func() {
 		// goleak retries for about half a second by itself; the window is

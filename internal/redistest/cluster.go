@@ -45,7 +45,7 @@ type ClusterServer struct {
 func Cluster(t testing.TB, opts ...Option) *ClusterServer {
 	t.Helper()
 	cl := &cleanups{logf: t.Logf}
-	t.Cleanup(cl.run)
+	t.Cleanup(cl.Run)
 	c, err := startCluster(cl, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -60,10 +60,10 @@ func StartCluster(opts ...Option) (*ClusterServer, func(), error) {
 	cl := &cleanups{}
 	c, err := startCluster(cl, opts)
 	if err != nil {
-		cl.run()
+		cl.Run()
 		return nil, nil, err
 	}
-	return c, cl.run, nil
+	return c, cl.Run, nil
 }
 
 // Addrs returns the addresses of the masters the cluster started with, the

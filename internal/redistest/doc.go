@@ -36,7 +36,9 @@
 //
 // Fault injection: [Server.Kill] ends a server with SIGKILL, [Server.Pause]
 // freezes it with SIGSTOP (a hung server, for timeouts), [Server.Restart]
-// brings a killed server back on the same port and directory, empty. From
+// brings a killed server back on the same port and directory, empty; while
+// it is down its ports stay bound, without listening, so that no server of
+// another test binary takes them and answers in its place. From
 // Redis 7 on, DEBUG is enabled for loopback clients, so DEBUG SLEEP works too.
 // [Server.Do] sends one command over a fresh connection, for what a test
 // wants to check or change behind the client's back: INFO commandstats,
@@ -51,8 +53,10 @@
 //
 // On Linux every server is started with a parent-death signal, so no
 // redis-server outlives its test binary, even one killed by a -timeout panic
-// or by SIGKILL.
+// or by SIGKILL. The process handling (start, readiness polling, stop by
+// PID, port choice and hold, log tails) is internal/proctest's, shared with
+// internal/pgtest.
 //
-// The package uses the standard library only, so a store's tests pull in no
-// Redis client but their own.
+// The package uses the standard library and internal/proctest only, so a
+// store's tests pull in no Redis client but their own.
 package redistest

@@ -7,8 +7,8 @@ import (
 	"syscall"
 )
 
+// The signals of Pause and Resume.
 var (
-	sigTerm os.Signal = syscall.SIGTERM
 	sigStop os.Signal = syscall.SIGSTOP
 	sigCont os.Signal = syscall.SIGCONT
 )

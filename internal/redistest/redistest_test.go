@@ -7,14 +7,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"reflect"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bucketry/ratelimit/internal/proctest"
 	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
@@ -43,46 +42,12 @@ func info(t *testing.T, s *redistest.Server, section, field string) string {
 	return ""
 }
 
-// alive reports whether pid is a running process. A zombie, which an init
-// that does not reap may leave around, counts as gone.
-func alive(pid int) bool {
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
-		// pid (comm) state ...; comm may hold spaces and parentheses.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		return len(f) > 0 && f[0] != "Z" && f[0] != "X"
-	} else if _, statErr := os.Stat("/proc/self/stat"); statErr == nil {
-		return false // /proc works and the pid is not in it
-	}
-	p, err := os.FindProcess(pid)
-	return err == nil && p.Signal(syscall.Signal(0)) == nil
-}
-
-// waitGone fails t unless every pid has exited within a few seconds, and
-// kills those that have not, so that a failing run leaks nothing either.
-func waitGone(t *testing.T, what string, pids []int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for _, pid := range pids {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Errorf("%s: redis-server pid %d still running", what, pid)
-				if p, err := os.FindProcess(pid); err == nil {
-					p.Kill()
-				}
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-}
-
 func pidsOf(t *testing.T, servers ...*redistest.Server) []int {
 	t.Helper()
 	var pids []int
 	for _, s := range servers {
 		pid := s.Pid()
-		if pid == 0 || !alive(pid) {
+		if pid == 0 || !proctest.Alive(pid) {
 			t.Fatalf("%s: Pid() = %d, want a running process", s.Addr, pid)
 		}
 		pids = append(pids, pid)
@@ -120,8 +85,8 @@ func TestStandalone(t *testing.T) {
 
 		first := s.Pid()
 		s.Kill()
-		if alive(first) || s.Pid() != 0 {
-			t.Fatalf("after Kill: pid %d alive = %v, Pid() = %d; want dead and 0", first, alive(first), s.Pid())
+		if proctest.Alive(first) || s.Pid() != 0 {
+			t.Fatalf("after Kill: pid %d alive = %v, Pid() = %d; want dead and 0", first, proctest.Alive(first), s.Pid())
 		}
 		if _, err := s.Do("PING"); err == nil {
 			t.Fatal("Do(PING) after Kill = nil error, want connection refused")
@@ -140,7 +105,7 @@ func TestStandalone(t *testing.T) {
 
 		pids = pidsOf(t, s)
 	})
-	waitGone(t, "after the cleanup of Standalone", pids)
+	proctest.WaitGone(t, "after the cleanup of Standalone", pids...)
 }
 
 func TestPause(t *testing.T) {
@@ -212,17 +177,52 @@ func TestMissingBinary(t *testing.T) {
 	}
 }
 
-func TestStartStandalone(t *testing.T) {
+// The Start functions, for TestMain: their stop function stops every
+// process they started (a second call does nothing).
+func TestStartFunctions(t *testing.T) {
 	t.Parallel()
-	s, stop, err := redistest.StartStandalone()
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name  string
+		start func() ([]*redistest.Server, func(), error)
+	}{
+		{"StartStandalone", func() ([]*redistest.Server, func(), error) {
+			s, stop, err := redistest.StartStandalone()
+			if err != nil {
+				return nil, nil, err
+			}
+			return []*redistest.Server{s}, stop, nil
+		}},
+		{"StartCluster", func() ([]*redistest.Server, func(), error) {
+			c, stop, err := redistest.StartCluster()
+			if err != nil {
+				return nil, nil, err
+			}
+			return c.Nodes(), stop, nil
+		}},
+		{"StartSentinel", func() ([]*redistest.Server, func(), error) {
+			s, stop, err := redistest.StartSentinel()
+			if err != nil {
+				return nil, nil, err
+			}
+			return []*redistest.Server{s.Master, s.Replica, s.Sentinel}, stop, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			servers, stop, err := tc.start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop) // if the test fails before its own calls
+			for _, s := range servers {
+				do(t, s, "PONG", "PING")
+			}
+			pids := pidsOf(t, servers...)
+			stop()
+			stop()
+			proctest.WaitGone(t, "after stop", pids...)
+		})
 	}
-	do(t, s, "PONG", "PING")
-	pids := pidsOf(t, s)
-	stop()
-	stop() // idempotent
-	waitGone(t, "after stop", pids)
 }
 
 func TestKeySlot(t *testing.T) {
@@ -360,7 +360,7 @@ func TestCluster(t *testing.T) {
 		}
 		pids = pidsOf(t, nodes...)
 	})
-	waitGone(t, "after the cleanup of Cluster", pids)
+	proctest.WaitGone(t, "after the cleanup of Cluster", pids...)
 }
 
 func TestClusterReplicas(t *testing.T) {
@@ -423,78 +423,5 @@ func TestSentinel(t *testing.T) {
 		s.Master.Restart(t)
 		pids = pidsOf(t, s.Master, s.Replica, s.Sentinel)
 	})
-	waitGone(t, "after the cleanup of Sentinel", pids)
-}
-
-// TestHelperProcess is the test binary run again by TestCleanupOnFailure: it
-// starts a server, writes its pid to $REDISTEST_PIDFILE and ends as
-// $REDISTEST_HELPER says. Without that variable it does nothing.
-func TestHelperProcess(t *testing.T) {
-	mode := os.Getenv("REDISTEST_HELPER")
-	if mode == "" {
-		return
-	}
-	s := redistest.Standalone(t)
-	s.Pause()
-	pid := strconv.Itoa(s.Pid())
-	if err := os.WriteFile(os.Getenv("REDISTEST_PIDFILE"), []byte(pid), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	switch mode {
-	case "fatal":
-		t.Fatal("helper: failing on purpose")
-	case "panic":
-		panic("helper: panicking on purpose")
-	case "hang":
-		select {} // until the parent kills the binary
-	}
-}
-
-// helper runs TestHelperProcess in a child test binary and returns the pid of
-// the server it started, once written, and the child.
-func helper(t *testing.T, mode string) (int, *exec.Cmd, *strings.Builder) {
-	t.Helper()
-	dir := t.TempDir()
-	pidFile := dir + "/pid"
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
-	// TMPDIR: a killed child leaves its server's directory, which t.TempDir removes.
-	cmd.Env = append(os.Environ(), "REDISTEST_HELPER="+mode, "REDISTEST_PIDFILE="+pidFile, "TMPDIR="+dir)
-	out := new(strings.Builder)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 0 {
-			pid, err := strconv.Atoi(string(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return pid, cmd, out
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("helper %s wrote no pid:\n%s", mode, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func TestCleanupOnFailure(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ mode, output string }{
-		{"fatal", "helper: failing on purpose"},
-		{"panic", "helper: panicking on purpose"},
-	} {
-		t.Run(tc.mode, func(t *testing.T) {
-			t.Parallel()
-			pid, cmd, out := helper(t, tc.mode)
-			if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), tc.output) {
-				t.Fatalf("helper %s: exit %v, want a failure with %q:\n%s", tc.mode, err, tc.output, out)
-			}
-			waitGone(t, "after a test that ends with "+tc.mode, []int{pid})
-		})
-	}
+	proctest.WaitGone(t, "after the cleanup of Sentinel", pids...)
 }

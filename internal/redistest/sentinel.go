@@ -41,7 +41,7 @@ type SentinelServer struct {
 func Sentinel(t testing.TB, opts ...Option) *SentinelServer {
 	t.Helper()
 	cl := &cleanups{logf: t.Logf}
-	t.Cleanup(cl.run)
+	t.Cleanup(cl.Run)
 	s, err := startSentinel(cl, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -56,10 +56,10 @@ func StartSentinel(opts ...Option) (*SentinelServer, func(), error) {
 	cl := &cleanups{}
 	s, err := startSentinel(cl, opts)
 	if err != nil {
-		cl.run()
+		cl.Run()
 		return nil, nil, err
 	}
-	return s, cl.run, nil
+	return s, cl.Run, nil
 }
 
 const masterName = "mymaster"

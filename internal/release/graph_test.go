@@ -51,7 +51,10 @@ func TestKindOf(t *testing.T) {
 		{"adapters/test", TestOrTool},
 		{"gin/test", TestOrTool},
 		{"httprouter", Unknown},
-		{"adapters/postgres", Unknown},
+		{"adapters/postgres", Library},
+		{"cmd/ratelimit", TestOrTool},
+		{"internal/pgtest", TestOrTool},
+		{"adapters/mongo", Unknown},
 	} {
 		if got := kindOf(tc.dir); got != tc.want {
 			t.Errorf("kindOf(%q) = %v, want %v", tc.dir, got, tc.want)

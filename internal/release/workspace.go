@@ -20,13 +20,14 @@ const rootPath = "github.com/bucketry/ratelimit"
 var libraryDirs = []string{
 	"core", "keyfuncs", "flow", "nethttp", "gin", "fiber", "grpcinterceptor", "chi", "echo",
 	"adapters/goredis", "adapters/rueidis", "internal/redisscript",
+	"rules", "adapters/prometheus", "adapters/otel", "adapters/postgres",
 }
 
 // toolDirs are the modules that hold programs, suites and tools, which no
 // library may require. A module in a directory whose name ends in test or
 // tests ("test", "redistest", "redistests") is a test module and one of
 // them too.
-var toolDirs = []string{".", "conformance", "examples", "benchmarks", "internal/release"}
+var toolDirs = []string{".", "conformance", "examples", "benchmarks", "internal/release", "cmd/ratelimit"}
 
 // A Kind says what a module is released as.
 type Kind int

@@ -38,7 +38,7 @@ var frozenAt = redistests.T0
 // the binary (see its proc_linux.go), which is not a leak.
 func faultLeakOptions(extra ...goleak.Option) []goleak.Option {
 	return append([]goleak.Option{
-		goleak.IgnoreAnyFunction("github.com/bucketry/ratelimit/internal/redistest.startProcess.func1.1"),
+		goleak.IgnoreAnyFunction("github.com/bucketry/ratelimit/internal/proctest.spawnLoop"),
 	}, extra...)
 }
 

@@ -1,0 +1,3 @@
+module github.com/bucketry/ratelimit/internal/proctest
+
+go 1.25

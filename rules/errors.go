@@ -1,0 +1,87 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrInvalidSpec reports a rule or a file that breaks the schema itself: an
+// unknown field, a value of the wrong type, a field that the rule's algorithm
+// does not use, a key_pattern that disagrees with scope. Problems with the
+// numbers wrap core's sentinels instead (core.ErrInvalidRate,
+// core.ErrInvalidBurst, core.ErrInvalidWindow, core.ErrUnknownScope,
+// core.ErrDuplicateRule, core.ErrInvalidPlan, core.ErrInvalidRule). Match
+// them with errors.Is.
+var ErrInvalidSpec = errors.New("rules: invalid spec")
+
+// Error is what Parse, Load, Compile and CompileRules return: it names the
+// file and line (when the rules came from a file), the rule and the field at
+// fault, and wraps the cause, which wraps ErrInvalidSpec or one of core's
+// sentinel errors. Its message has the form
+//
+//	rules: limits.yaml:12: rule "search": burst_capacity: must be >= 1, got 0
+//
+// The zero value names nothing and wraps nothing.
+type Error struct {
+	File  string // the file's name as given to Parse or Load; "" for Compile
+	Line  int    // the line, from 1; 0 when unknown
+	Rule  string // the rule's name, or "#i", its position from 0, when it has none; "" for a top-level setting
+	Field string // the field as the file spells it ("burst_capacity", "routes[1]"); "" for the whole rule or file
+	Err   error  // the cause, wrapping ErrInvalidSpec or a core sentinel
+
+	index int // the rule's position, -1 for the file's top level
+}
+
+// Error formats the error as "rules: FILE:LINE: rule "NAME": FIELD: reason",
+// leaving out the parts that are unknown.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("rules: ")
+	switch {
+	case e.File != "" && e.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	case e.File != "":
+		b.WriteString(e.File + ": ")
+	case e.Line > 0:
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	switch {
+	case strings.HasPrefix(e.Rule, "#"):
+		b.WriteString("rule " + e.Rule + ": ")
+	case e.Rule != "":
+		b.WriteString("rule " + strconv.Quote(e.Rule) + ": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	if e.Err == nil {
+		b.WriteString("invalid")
+	} else {
+		msg := e.Err.Error()
+		for _, p := range []string{"rules: ", "ratelimit: "} {
+			msg = strings.TrimPrefix(msg, p)
+		}
+		b.WriteString(msg)
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// reason is a cause written for a field: its message is the text alone
+// ("must be >= 1, got 0"), and it wraps the sentinel.
+type reason struct {
+	sentinel error
+	text     string
+}
+
+func (r *reason) Error() string { return r.text }
+func (r *reason) Unwrap() error { return r.sentinel }
+
+// because returns a cause wrapping sentinel with a formatted message.
+func because(sentinel error, format string, args ...any) error {
+	return &reason{sentinel: sentinel, text: fmt.Sprintf(format, args...)}
+}
