@@ -111,6 +111,11 @@ func (e *RuleError) Error() string {
 // Unwrap returns the configuration error.
 func (e *RuleError) Unwrap() error { return e.Err }
 
+// ValidName reports whether s can name a rule, a plan or a Dimension: 1 to
+// 64 characters of [A-Za-z0-9_.-]. NewPolicy refuses names that are not;
+// rule sources check them where they read them.
+func ValidName(s string) bool { return validName(s) }
+
 func validName(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false

@@ -142,3 +142,14 @@ func TestApplies(t *testing.T) {
 		})
 	}
 }
+
+func TestValidName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"per-user": true, "user.free": true, "A_9": true, strings.Repeat("x", 64): true,
+		"": false, strings.Repeat("x", 65): false, "has space": false, "a/b": false, "é": false,
+	} {
+		if got := ValidName(name); got != want {
+			t.Errorf("ValidName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -56,16 +56,23 @@ func (e *Error) Error() string {
 	if e.Field != "" {
 		b.WriteString(e.Field + ": ")
 	}
-	if e.Err == nil {
-		b.WriteString("invalid")
-	} else {
-		msg := e.Err.Error()
-		for _, p := range []string{"rules: ", "ratelimit: "} {
-			msg = strings.TrimPrefix(msg, p)
-		}
-		b.WriteString(msg)
-	}
+	b.WriteString(CauseText(e.Err))
 	return b.String()
+}
+
+// CauseText returns the message of err, the cause of a field's error,
+// without the package prefixes ("rules: ", "ratelimit: ") that the text
+// before it already stands for, and "invalid" for a nil err. Other rule
+// sources (adapters/postgres) end their errors with it too.
+func CauseText(err error) string {
+	if err == nil {
+		return "invalid"
+	}
+	msg := err.Error()
+	for _, p := range []string{"rules: ", "ratelimit: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
 }
 
 // Unwrap returns the cause.

@@ -242,14 +242,14 @@ func compileSpec(i int, s *Spec) (core.Rule, bool, error) {
 	}
 
 	// Plan and name.
-	if s.Plan != "" && !validName(s.Plan) {
+	if s.Plan != "" && !core.ValidName(s.Plan) {
 		return fail("plan", because(core.ErrInvalidRule, "must be 1 to 64 characters of [A-Za-z0-9_.-], got %q", s.Plan))
 	}
 	r.Plan = s.Plan
 	derived := false
 	switch {
 	case s.Name != "":
-		if !validName(s.Name) {
+		if !core.ValidName(s.Name) {
 			return fail("name", because(core.ErrInvalidRule, "must be 1 to 64 characters of [A-Za-z0-9_.-], got %q", s.Name))
 		}
 		r.Name = s.Name
@@ -512,19 +512,4 @@ func slugify(s string) string {
 		}
 	}
 	return b.String()
-}
-
-// validName reports whether s is 1 to 64 characters of [A-Za-z0-9_.-], as
-// core requires of rule names and plans.
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return true
 }

@@ -90,19 +90,10 @@ func closeAudit(t testing.TB, a *Audit) {
 // observer.
 func newLimiter(t testing.TB, a *Audit, rules ...core.Rule) *core.Limiter {
 	t.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		t.Fatal(err)
+	if a == nil {
+		return newObserved(t, nil, rules...)
 	}
-	opts := []core.Option{}
-	if a != nil {
-		opts = append(opts, core.WithObserver(a.Observe))
-	}
-	l, err := core.NewLimiter(p, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return newObserved(t, a.Observe, rules...)
 }
 
 // oneThenDeny admits one request per identity an hour.

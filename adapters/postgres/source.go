@@ -817,15 +817,7 @@ func (e *RowError) Error() string {
 	if e.Column != "" {
 		b.WriteString(e.Column + ": ")
 	}
-	if e.Err == nil {
-		b.WriteString("invalid")
-	} else {
-		msg := e.Err.Error()
-		for _, p := range []string{"rules: ", "ratelimit: "} {
-			msg = strings.TrimPrefix(msg, p)
-		}
-		b.WriteString(msg)
-	}
+	b.WriteString(rules.CauseText(e.Err))
 	return b.String()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,4 +171,30 @@ func SplitID(key func(rule, id string) string, base string, rules ...string) str
 			return id
 		}
 	}
+}
+
+// MetricsAfterDecisions decides four requests of one user on s, under a
+// rule of burst 2 an hour, checking that the first two are allowed and the
+// others denied, none degraded; then it returns s's metrics, each keyed
+// "name{label=value}", in the order s reported them.
+func MetricsAfterDecisions(t testing.TB, s interface {
+	core.Store
+	core.MetricSource
+}) (got map[string]float64, order []string) {
+	t.Helper()
+	p := Policy(t, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 2)})
+	l := Limiter(t, p, core.WithStore(s))
+	for i, want := range []bool{true, true, false, false} {
+		d, err := l.Allow(context.Background(), core.Request{User: "alice"})
+		if err != nil || d.Allowed != want || d.Degraded {
+			t.Fatalf("Allow %d = allowed %v, degraded %v, %v; want allowed %v", i, d.Allowed, d.Degraded, err, want)
+		}
+	}
+	got = map[string]float64{}
+	s.CollectMetrics(func(m core.Metric) {
+		k := fmt.Sprintf("%s{%s}", m.Name, strings.Join(m.Labels, "="))
+		got[k] = m.Value
+		order = append(order, k)
+	})
+	return got, order
 }

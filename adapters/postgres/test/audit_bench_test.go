@@ -110,14 +110,19 @@ func BenchmarkAuditOverhead(b *testing.B) {
 	}
 }
 
-// newObserved makes a limiter on its own memory store with observer o.
+// newObserved makes a limiter on its own memory store with observer o,
+// none if o is nil.
 func newObserved(tb testing.TB, o core.Observer, rules ...core.Rule) *core.Limiter {
 	tb.Helper()
 	p, err := core.NewPolicy(rules...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	l, err := core.NewLimiter(p, core.WithObserver(o))
+	var opts []core.Option
+	if o != nil {
+		opts = append(opts, core.WithObserver(o))
+	}
+	l, err := core.NewLimiter(p, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package goredis_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/bucketry/ratelimit/adapters/goredis"
 	redistests "github.com/bucketry/ratelimit/adapters/test"
-	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
@@ -20,19 +18,11 @@ import (
 func TestCollectMetrics(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s := mustStore(t, standaloneClient(srv)(t), goredis.WithLocalDenials(), goredis.WithBreaker(3, time.Minute))
-	var _ core.MetricSource = s
-	p := redistests.Policy(t, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 2)})
-	l := redistests.Limiter(t, p, core.WithStore(s))
-	for i, want := range []bool{true, true, false, false} {
-		d, err := l.Allow(context.Background(), core.Request{User: "alice"})
-		if err != nil || d.Allowed != want || d.Degraded {
-			t.Fatalf("Allow %d = allowed %v, degraded %v, %v; want allowed %v", i, d.Allowed, d.Degraded, err, want)
-		}
-	}
+	values, order := redistests.MetricsAfterDecisions(t, s)
 	var got []string
-	s.CollectMetrics(func(m core.Metric) {
-		got = append(got, fmt.Sprintf("%s{%s} %v", m.Name, strings.Join(m.Labels, "="), m.Value))
-	})
+	for _, k := range order {
+		got = append(got, fmt.Sprintf("%s %v", k, values[k]))
+	}
 	want := []string{
 		"redis_takes_total{via=script} 3",
 		"redis_takes_total{via=local} 1",

@@ -1,15 +1,12 @@
 package rueidis_test
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	rstore "github.com/bucketry/ratelimit/adapters/rueidis"
 	redistests "github.com/bucketry/ratelimit/adapters/test"
-	"github.com/bucketry/ratelimit/core"
 )
 
 // TestCollectMetrics: the store's counters after decisions on a real
@@ -17,22 +14,7 @@ import (
 func TestCollectMetrics(t *testing.T) {
 	srv := sharedStandalone(t)
 	s := mustStore(t, newClient(t, standaloneOpt(srv)), rstore.WithLocalDenials(), rstore.WithBreaker(3, time.Minute))
-	var _ core.MetricSource = s
-	p := redistests.Policy(t, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 2)})
-	l := redistests.Limiter(t, p, core.WithStore(s))
-	for i, want := range []bool{true, true, false, false} {
-		d, err := l.Allow(context.Background(), core.Request{User: "alice"})
-		if err != nil || d.Allowed != want || d.Degraded {
-			t.Fatalf("Allow %d = allowed %v, degraded %v, %v; want allowed %v", i, d.Allowed, d.Degraded, err, want)
-		}
-	}
-	got := map[string]float64{}
-	var order []string
-	s.CollectMetrics(func(m core.Metric) {
-		k := fmt.Sprintf("%s{%s}", m.Name, strings.Join(m.Labels, "="))
-		got[k] = m.Value
-		order = append(order, k)
-	})
+	got, order := redistests.MetricsAfterDecisions(t, s)
 	t.Logf("CollectMetrics: %v", got)
 	wantOrder := []string{
 		"redis_takes_total{via=script}", "redis_takes_total{via=local}", "redis_takes_total{via=fetch}",
