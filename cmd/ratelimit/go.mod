@@ -5,13 +5,11 @@ go 1.26.0
 require (
 	github.com/bucketry/ratelimit/adapters/goredis v0.1.0
 	github.com/bucketry/ratelimit/core v0.1.0
-	github.com/bucketry/ratelimit/internal/redistest v0.1.0
 	github.com/bucketry/ratelimit/rules v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
-	github.com/bucketry/ratelimit/internal/proctest v0.1.0 // indirect
 	github.com/bucketry/ratelimit/internal/redisscript v0.1.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect

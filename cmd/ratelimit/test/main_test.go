@@ -1,0 +1,169 @@
+package ratelimittest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketry/ratelimit/adapters/goredis"
+	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/internal/redistest"
+	"github.com/bucketry/ratelimit/rules"
+)
+
+const limitsYAML = `default_plan: free
+rules:
+  - key_pattern: "user:{user_id}"
+    rate: 1
+    period: 1h
+    burst_capacity: 10
+    plan: free
+  - key_pattern: "user:{user_id}"
+    rate_per_second: 100
+    burst_capacity: 500
+    plan: pro
+  - name: search
+    key_pattern: "endpoint:/api/search"
+    rate_per_second: 0.5
+    burst_capacity: 20
+    shadow: true
+  - key_pattern: global
+    rate_per_second: 50000
+    burst_capacity: 100000
+    is_active: false
+`
+
+// command is the ratelimit command, built once for the tests.
+var command string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ratelimit-cmd-")
+	if err != nil {
+		panic(err)
+	}
+	command = filepath.Join(dir, "ratelimit")
+	build := exec.Command("go", "build", "-o", command, "github.com/bucketry/ratelimit/cmd/ratelimit")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		panic("go build of the ratelimit command: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runCmd runs the command with args and returns its exit status and
+// output.
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(command, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String(), errOut.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), out.String(), errOut.String()
+	}
+	t.Fatalf("run %s: %v", command, err)
+	return 0, "", ""
+}
+
+func mustOut(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := runCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("%q: status %d, stderr %q", args, code, errOut)
+	}
+	return out
+}
+
+// Tokens taken through a limiter on a real Redis show in inspect; reset
+// fills the bucket again.
+func TestInspectReset(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rulesFile := writeFile(t, "limits.yaml", limitsYAML)
+	policy, err := rules.Load(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "{cli}"
+	store, err := goredis.Open(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, goredis.WithPrefix(prefix), goredis.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	limiter, err := core.NewLimiter(policy, core.WithStore(store), core.WithFailureMode(core.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		d, err := limiter.Allow(context.Background(), core.Request{User: "alice", Plan: "free"})
+		if err != nil || !d.Allowed || d.Rule != "user.free" {
+			t.Fatalf("Allow #%d = %+v, %v", i, d, err)
+		}
+	}
+
+	args := func(cmd string) []string {
+		return []string{cmd, "-redis", srv.Addr, "-prefix", prefix, "-rules", rulesFile, "-rule", "user.free", "-key", "alice"}
+	}
+	inspect := func(wantRemaining string) {
+		t.Helper()
+		code, out, errOut := runCmd(t, args("inspect")...)
+		if code != 0 {
+			t.Fatalf("inspect: status %d, stderr %q", code, errOut)
+		}
+		t.Logf("inspect:\n%s", out)
+		if !strings.Contains(out, "remaining: "+wantRemaining+" of 10\n") {
+			t.Errorf("inspect output:\n%s\nwant remaining: %s of 10", out, wantRemaining)
+		}
+		if !strings.Contains(out, "redis key: "+store.Key("user.free", "alice")+"\n") {
+			t.Errorf("inspect output:\n%s\nwant the redis key %s", out, store.Key("user.free", "alice"))
+		}
+	}
+	inspect("7")
+	inspect("7") // inspecting consumes nothing
+
+	code, out, errOut := runCmd(t, args("reset")...)
+	if code != 0 || !strings.Contains(out, "reset "+store.Key("user.free", "alice")) {
+		t.Fatalf("reset: status %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	inspect("10")
+	if !strings.Contains(mustOut(t, args("inspect")...), "reset in:  0s\n") {
+		t.Error("a reset bucket is not full now")
+	}
+
+	// The limiter sees the full bucket too.
+	d, err := limiter.Allow(context.Background(), core.Request{User: "alice", Plan: "free"})
+	if err != nil || d.Remaining != 9 {
+		t.Errorf("Allow after reset = remaining %d, %v; want 9", d.Remaining, err)
+	}
+
+	// A global rule's bucket is "*" by default; an unreachable Redis is status 1.
+	if code, out, errOut := runCmd(t, "inspect", "-redis", srv.Addr, "-rules", rulesFile, "-rule", "global"); code != 0 || !strings.Contains(out, "key:       *\n") {
+		t.Errorf("inspect global: status %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, _, errOut := runCmd(t, "inspect", "-redis", "127.0.0.1:1", "-timeout", "200ms", "-rules", rulesFile, "-rule", "global"); code != 1 || !strings.Contains(errOut, "ratelimit: inspect ratelimit:") {
+		t.Errorf("inspect on a closed port: status %d, stderr %q; want 1 and the failure", code, errOut)
+	}
+}
