@@ -9,27 +9,8 @@ import (
 	"testing"
 )
 
-const limitsYAML = `default_plan: free
-rules:
-  - key_pattern: "user:{user_id}"
-    rate: 1
-    period: 1h
-    burst_capacity: 10
-    plan: free
-  - key_pattern: "user:{user_id}"
-    rate_per_second: 100
-    burst_capacity: 500
-    plan: pro
-  - name: search
-    key_pattern: "endpoint:/api/search"
-    rate_per_second: 0.5
-    burst_capacity: 20
-    shadow: true
-  - key_pattern: global
-    rate_per_second: 50000
-    burst_capacity: 100000
-    is_active: false
-`
+// limitsFile is a rules file of every kind of rule the command prints.
+const limitsFile = "testdata/limits.yaml"
 
 func writeFile(t *testing.T, name, data string) string {
 	t.Helper()
@@ -49,7 +30,7 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestValidate(t *testing.T) {
-	good := writeFile(t, "limits.yaml", limitsYAML)
+	good := limitsFile
 	code, out, errOut := runCmd(t, "validate", good)
 	if code != 0 || errOut != "" {
 		t.Fatalf("validate good file: status %d, stderr %q", code, errOut)
@@ -79,7 +60,7 @@ global     global    token_bucket 50000/1s burst 100000  *     *            fals
 }
 
 func TestUsage(t *testing.T) {
-	rulesFile := writeFile(t, "limits.yaml", limitsYAML)
+	rulesFile := limitsFile
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -105,13 +86,4 @@ func TestUsage(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mustOut(t *testing.T, args ...string) string {
-	t.Helper()
-	code, out, errOut := runCmd(t, args...)
-	if code != 0 {
-		t.Fatalf("%q: status %d, stderr %q", args, code, errOut)
-	}
-	return out
 }

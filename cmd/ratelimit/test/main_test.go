@@ -19,27 +19,8 @@ import (
 	"github.com/bucketry/ratelimit/rules"
 )
 
-const limitsYAML = `default_plan: free
-rules:
-  - key_pattern: "user:{user_id}"
-    rate: 1
-    period: 1h
-    burst_capacity: 10
-    plan: free
-  - key_pattern: "user:{user_id}"
-    rate_per_second: 100
-    burst_capacity: 500
-    plan: pro
-  - name: search
-    key_pattern: "endpoint:/api/search"
-    rate_per_second: 0.5
-    burst_capacity: 20
-    shadow: true
-  - key_pattern: global
-    rate_per_second: 50000
-    burst_capacity: 100000
-    is_active: false
-`
+// limitsFile is the command module's test rules file.
+const limitsFile = "../testdata/limits.yaml"
 
 // command is the ratelimit command, built once for the tests.
 var command string
@@ -59,15 +40,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func writeFile(t *testing.T, name, data string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // runCmd runs the command with args and returns its exit status and
@@ -102,7 +74,7 @@ func mustOut(t *testing.T, args ...string) string {
 // fills the bucket again.
 func TestInspectReset(t *testing.T) {
 	srv := redistest.Standalone(t)
-	rulesFile := writeFile(t, "limits.yaml", limitsYAML)
+	rulesFile := limitsFile
 	policy, err := rules.Load(rulesFile)
 	if err != nil {
 		t.Fatal(err)
