@@ -125,9 +125,11 @@
 // Per allowed request on the in-memory store the middleware allocates the
 // request copy that carries its mark to the next handler (two
 // allocations, as any middleware that adds a context value does), the key
-// strings its key functions build (one for the client IP; endpoint keys
-// are built once per route) and two for the header fields: five with the
-// default keys. Resolving the route before chi routes it allocates nothing
+// strings its key functions build (none for the client IP when it is the
+// TCP peer's IPv4 address; key functions run only for the scopes the
+// policy's rules limit) and two for the header fields that change from
+// response to response (the constant ones are shared slices, made once per
+// rule set): four with the default keys. Resolving the route before chi routes it allocates nothing
 // more for a route of the root router (the middleware reuses pooled
 // routing contexts and each router's table); a route in a mounted router
 // costs four more, two in chi.Routes.Find and two to join the patterns as

@@ -125,3 +125,41 @@ func ExampleNewHeaderFormat() {
 	// RateLimit: "per-user";r=9;t=1, "per-endpoint";r=2;t=1, "global";r=99;t=60
 	// ratelimit: invalid option: WithResetFormat: want ResetUnix or ResetDelta, got ResetFormat(9)
 }
+
+// An adapter whose framework copies header bytes (fasthttp, say) formats a
+// decision's fields on the stack and hands each name and value over,
+// allocating nothing; the names are looked up once, at construction, in
+// the framework's own spelling.
+func ExampleHeaderValues() {
+	policy, err := core.NewPolicy(core.Rule{Name: "api", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerSecond(10), 50)})
+	if err != nil {
+		panic(err)
+	}
+	limiter, err := core.NewLimiter(policy)
+	if err != nil {
+		panic(err)
+	}
+	format, err := core.NewHeaderFormat(core.WithNameCase(core.NamesLower))
+	if err != nil {
+		panic(err)
+	}
+	var names [core.NumHeaderFields][]byte // at construction
+	for h := range core.HeaderField(core.NumHeaderFields) {
+		names[h] = []byte(h.Name(format))
+	}
+	set := func(name, value []byte) { fmt.Printf("%s: %s\n", name, value) }
+
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // Unix 1767225600
+	d, _ := limiter.AllowAt(context.Background(), t0, core.Request{User: "alice"}, 1)
+	var v core.HeaderValues // per request, on the stack
+	v.Format(format, &d)
+	for i := range v.Len() {
+		set(names[v.Field(i)], v.Bytes(i))
+	}
+	// Output:
+	// x-ratelimit-limit: 50
+	// x-ratelimit-remaining: 49
+	// x-ratelimit-reset: 1767225601
+	// ratelimit-policy: "api";q=50;w=5
+	// ratelimit: "api";r=49;t=1
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -199,26 +201,43 @@ func WithNameCase(n NameCase) HeaderOption {
 	return headerOptionFunc(func(c *headerConfig) { c.names = n })
 }
 
-// The headers, in the order HeaderFormat.Headers sets them.
+// HeaderField is one of the header fields a HeaderFormat writes, in the
+// order Headers sets them. Adapters use it to look up the name of a field
+// (HeaderField.Name) once, at construction, in their framework's spelling.
+type HeaderField uint8
+
+// The fields, in the order HeaderFormat.Headers sets them.
 const (
-	hdrLimit = iota
-	hdrRemaining
-	hdrReset
-	hdrPolicy
-	hdrRateLimit
-	hdrRetryAfter
-	hdrCacheControl
-	numHeaders
+	FieldLimit        HeaderField = iota // X-RateLimit-Limit
+	FieldRemaining                       // X-RateLimit-Remaining
+	FieldReset                           // X-RateLimit-Reset
+	FieldPolicy                          // RateLimit-Policy
+	FieldRateLimit                       // RateLimit
+	FieldRetryAfter                      // Retry-After
+	FieldCacheControl                    // Cache-Control
+	// NumHeaderFields is the number of fields: a HeaderField is below it.
+	NumHeaderFields = 7
 )
 
+const numHeaders = NumHeaderFields
+
 var headerNames = [numHeaders]string{
-	hdrLimit:        "X-RateLimit-Limit",
-	hdrRemaining:    "X-RateLimit-Remaining",
-	hdrReset:        "X-RateLimit-Reset",
-	hdrPolicy:       "RateLimit-Policy",
-	hdrRateLimit:    "RateLimit",
-	hdrRetryAfter:   "Retry-After",
-	hdrCacheControl: "Cache-Control",
+	FieldLimit:        "X-RateLimit-Limit",
+	FieldRemaining:    "X-RateLimit-Remaining",
+	FieldReset:        "X-RateLimit-Reset",
+	FieldPolicy:       "RateLimit-Policy",
+	FieldRateLimit:    "RateLimit",
+	FieldRetryAfter:   "Retry-After",
+	FieldCacheControl: "Cache-Control",
+}
+
+// String returns the field's name as its specification spells it
+// ("X-RateLimit-Limit"), or "HeaderField(n)" for an unknown one.
+func (h HeaderField) String() string {
+	if h < numHeaders {
+		return headerNames[h]
+	}
+	return fmt.Sprintf("HeaderField(%d)", uint8(h))
 }
 
 // HeaderFormat writes the rate-limit header fields and problem bodies of
@@ -316,6 +335,10 @@ type HeaderFormat struct {
 	reset  ResetFormat
 	tiers  TierSelection
 	shadow bool // report shadow tiers
+	// texts memoizes the constant values (RateLimit-Policy and
+	// X-RateLimit-Limit) per set of rules; nil in the zero value, which
+	// formats them every time.
+	texts *textCache
 }
 
 // NewHeaderFormat returns a HeaderFormat with opts applied in order over the
@@ -351,7 +374,7 @@ func NewHeaderFormat(opts ...HeaderOption) (*HeaderFormat, error) {
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
-	f := &HeaderFormat{reset: cfg.reset, tiers: cfg.tiers, shadow: cfg.shadow}
+	f := &HeaderFormat{reset: cfg.reset, tiers: cfg.tiers, shadow: cfg.shadow, texts: new(textCache)}
 	for i, n := range headerNames {
 		switch cfg.names {
 		case NamesCanonical:
@@ -361,13 +384,13 @@ func NewHeaderFormat(opts ...HeaderOption) (*HeaderFormat, error) {
 		}
 		f.names[i] = n
 	}
-	f.on[hdrLimit] = cfg.xRateLimit
-	f.on[hdrRemaining] = cfg.xRateLimit
-	f.on[hdrReset] = cfg.xRateLimit
-	f.on[hdrPolicy] = cfg.policy
-	f.on[hdrRateLimit] = cfg.rateLimit
-	f.on[hdrRetryAfter] = cfg.retryAfter
-	f.on[hdrCacheControl] = cfg.cacheControl
+	f.on[FieldLimit] = cfg.xRateLimit
+	f.on[FieldRemaining] = cfg.xRateLimit
+	f.on[FieldReset] = cfg.xRateLimit
+	f.on[FieldPolicy] = cfg.policy
+	f.on[FieldRateLimit] = cfg.rateLimit
+	f.on[FieldRetryAfter] = cfg.retryAfter
+	f.on[FieldCacheControl] = cfg.cacheControl
 	return f, nil
 }
 
@@ -397,6 +420,16 @@ func lowerName(s string) string {
 	return string(b)
 }
 
+// Name returns the field's name as f spells it (see WithNameCase), and ""
+// for a nil f or an unknown field. Adapters look names up once, at
+// construction, and keep them in their framework's own form.
+func (h HeaderField) Name(f *HeaderFormat) string {
+	if f == nil || h >= numHeaders {
+		return ""
+	}
+	return f.names[h]
+}
+
 // Headers calls set(name, value) for every header field of d, in a fixed
 // order: X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset,
 // RateLimit-Policy, RateLimit, Retry-After, Cache-Control, skipping those
@@ -405,41 +438,166 @@ func lowerName(s string) string {
 // instance behind a shared store reports the same instant.
 //
 // Every name is set at most once, so set may replace (http.Header.Set) or
-// add. Headers allocates one string, which every value is a slice of, and
-// nothing when d has no rate-limit fields; the strings stay valid forever.
+// add. The values that stay the same from request to request
+// (X-RateLimit-Limit, RateLimit-Policy, Cache-Control) are strings f keeps;
+// the others are slices of one string, Headers' only allocation, which it
+// does not make when d has none of them. The strings stay valid forever.
 // set is not retained. RateLimit-Policy and RateLimit must not be sent as
 // trailers (draft sections 3.1 and 4.1). A zero or nil f sets nothing.
+// HeaderValues.Format does the same work without the allocation, for
+// adapters whose framework copies the bytes.
 func (f *HeaderFormat) Headers(d *Decision, set func(name, value string)) {
 	if f == nil {
 		return
 	}
-	var arr [inlineTiers]TierState
+	var arr [maxInlineTiers]TierState
 	f.headers(d, f.shown(d, arr[:0]), d.At, set)
 }
 
-// shown returns the tiers of d the fields report: all of them, or without
-// those in shadow mode, appended to buf when some are left out.
-func (f *HeaderFormat) shown(d *Decision, buf []TierState) []TierState {
-	tiers := d.Tiers()
-	if f.shadow {
-		return tiers
+// Format formats the header fields of d into v, replacing what v held:
+// the fields f.Headers would set, in the same order, with the same values.
+// It allocates nothing once f has seen d's rules (their constant values are
+// formatted once and kept, per set of rules, for as long as f is
+// reachable), unless the values overflow v's inline buffer (many tiers with
+// long names under TiersAll), when the overflowing ones are copied to the
+// heap. A nil or zero f leaves v empty.
+func (v *HeaderValues) Format(f *HeaderFormat, d *Decision) {
+	v.n, v.used = 0, 0
+	if f == nil {
+		return
 	}
-	for i := range tiers {
-		if tiers[i].Shadow {
-			for _, t := range tiers {
-				if !t.Shadow {
-					buf = append(buf, t)
-				}
-			}
-			return buf
+	var arr [maxInlineTiers]TierState
+	f.values(d, f.shown(d, arr[:0]), d.At, v)
+}
+
+// shown appends to buf the tiers of d the fields report: all of them (f nil
+// or showing shadow tiers), or those not in shadow mode.
+func (f *HeaderFormat) shown(d *Decision, buf []TierState) []TierState {
+	for i := range d.NumTiers() {
+		if t := d.TierAt(i); f == nil || f.shadow || !t.Shadow {
+			buf = append(buf, t)
 		}
 	}
-	return tiers
+	return buf
 }
 
 // headers is Headers with the tiers passed apart from d, so that tests can
 // format tiers no policy would accept (names needing escapes).
 func (f *HeaderFormat) headers(d *Decision, tiers []TierState, now time.Time, set func(name, value string)) {
+	var v HeaderValues
+	f.values(d, tiers, now, &v)
+	if v.n == 0 {
+		return
+	}
+	// One string holds every value that is not constant.
+	s := string(v.buf[:v.used])
+	for i := range v.n {
+		val := v.str[i]
+		if !v.isStr[i] {
+			val = s[v.start[i]:v.end[i]]
+		}
+		set(f.names[v.field[i]], val)
+	}
+}
+
+// headerValuesBuf is how many bytes of values a HeaderValues holds inline:
+// those of one or two tiers with the longest names, more with shorter ones.
+const headerValuesBuf = 256
+
+// HeaderValues holds the header fields of one decision, as its Format
+// method formats them: at most NumHeaderFields, in the order
+// HeaderFormat.Headers sets them. It keeps the bytes of the values that
+// change from request to request inline, so a HeaderValues declared as a
+// local variable costs no allocation; the others are strings the
+// HeaderFormat keeps. The zero value holds no fields. A HeaderValues is not
+// safe for concurrent use; its methods panic for i outside [0, Len()).
+type HeaderValues struct {
+	n     int
+	field [numHeaders]HeaderField
+	// A value is either a string that lasts (isStr: a constant of the
+	// format, or one that overflowed buf), with its bytes in strB, or
+	// buf[start:end].
+	isStr      [numHeaders]bool
+	str        [numHeaders]string
+	strB       [numHeaders][]byte
+	start, end [numHeaders]uint16
+	used       int
+	buf        [headerValuesBuf]byte
+}
+
+// Len returns the number of fields v holds.
+func (v *HeaderValues) Len() int { return v.n }
+
+// Field returns which field the i-th is; HeaderField.Name spells it.
+func (v *HeaderValues) Field(i int) HeaderField { return v.field[v.check(i)] }
+
+// Bytes returns the i-th value. The slice aliases v, or a constant the
+// HeaderFormat keeps: it is valid until v is formatted again, and must not
+// be modified. Adapters whose framework copies header values (fasthttp)
+// pass it on as it is.
+func (v *HeaderValues) Bytes(i int) []byte {
+	i = v.check(i)
+	if v.isStr[i] {
+		return v.strB[i]
+	}
+	return v.buf[v.start[i]:v.end[i]]
+}
+
+// Constant returns the i-th value and true when it is a string that stays
+// valid forever (the limit, the policy, "no-store"), which an adapter may
+// keep without copying; "" and false for a value that lives in v.
+func (v *HeaderValues) Constant(i int) (string, bool) {
+	i = v.check(i)
+	if v.isStr[i] {
+		return v.str[i], true
+	}
+	return "", false
+}
+
+func (v *HeaderValues) check(i int) int {
+	if i < 0 || i >= v.n {
+		panic(fmt.Sprintf("ratelimit: HeaderValues: field %d of %d", i, v.n))
+	}
+	return i
+}
+
+// spare returns the unused part of v's buffer, for the next value to be
+// appended to; commit records what was appended.
+func (v *HeaderValues) spare() []byte { return v.buf[v.used:v.used:len(v.buf)] }
+
+// commit records b, the next value appended to spare(), as field h. When b
+// outgrew the buffer, append moved it to the heap: it is kept as a string.
+func (v *HeaderValues) commit(h HeaderField, b []byte) {
+	i := v.n
+	v.n++
+	v.field[i] = h
+	start := v.used
+	if len(b) > 0 && (start == len(v.buf) || &b[0] != &v.buf[start]) {
+		// Copies, not b itself, which the compiler cannot tell from a
+		// slice of v.buf: keeping it would move every HeaderValues to the
+		// heap.
+		v.isStr[i], v.str[i] = true, string(b)
+		v.strB[i] = []byte(v.str[i])
+		return
+	}
+	v.isStr[i] = false
+	v.used = start + len(b)
+	v.start[i], v.end[i] = uint16(start), uint16(v.used)
+}
+
+// constant records field h with the constant value s, whose bytes are b.
+func (v *HeaderValues) constant(h HeaderField, s string, b []byte) {
+	i := v.n
+	v.n++
+	v.field[i] = h
+	v.isStr[i], v.str[i], v.strB[i] = true, s, b
+}
+
+// noStore is Cache-Control's value on denials.
+var noStore = []byte("no-store")
+
+// values formats the fields of d, reporting tiers, into v, which is empty.
+func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *HeaderValues) {
 	deciding := decidingTier(d, tiers)
 	retry := int64(-1) // Retry-After seconds, -1 when not sent
 	if !d.Allowed && d.Reason != ReasonCostExceedsLimit {
@@ -448,65 +606,154 @@ func (f *HeaderFormat) headers(d *Decision, tiers []TierState, now time.Time, se
 	if deciding < 0 && retry < 0 {
 		return // no rule applied: nothing to say
 	}
-	// Every value is appended to one buffer, which becomes one string.
-	var (
-		arr  [320]byte
-		ends [numHeaders]int
-		has  [numHeaders]bool
-	)
-	buf := arr[:0]
-	mark := func(h int) { has[h], ends[h] = true, len(buf) }
 	if deciding >= 0 {
-		if f.on[hdrLimit] {
-			buf = strconv.AppendInt(buf, d.Limit, 10)
-			mark(hdrLimit)
-			buf = strconv.AppendInt(buf, d.Remaining, 10)
-			mark(hdrRemaining)
-			if f.reset == ResetDelta {
-				buf = strconv.AppendInt(buf, ceilSeconds(d.ResetAfter), 10)
+		var text *ruleText
+		if f.on[FieldLimit] || f.on[FieldPolicy] {
+			text = f.texts.get(tiers)
+		}
+		if f.on[FieldLimit] {
+			if text != nil && d.Limit == tiers[deciding].limit().Burst() {
+				v.constant(FieldLimit, text.limit[deciding], text.limitB[deciding])
 			} else {
-				buf = strconv.AppendInt(buf, ceilUnix(now.Add(d.ResetAfter)), 10)
+				v.commit(FieldLimit, strconv.AppendInt(v.spare(), d.Limit, 10))
 			}
-			mark(hdrReset)
-		}
-		if f.on[hdrPolicy] {
-			for i := range tiers {
-				if i > 0 {
-					buf = append(buf, ", "...) // RFC 9651 section 4.1.1
-				}
-				buf = appendPolicyItem(buf, &tiers[i])
+			v.commit(FieldRemaining, strconv.AppendInt(v.spare(), d.Remaining, 10))
+			if f.reset == ResetDelta {
+				v.commit(FieldReset, strconv.AppendInt(v.spare(), ceilSeconds(d.ResetAfter), 10))
+			} else {
+				v.commit(FieldReset, strconv.AppendInt(v.spare(), ceilUnix(now.Add(d.ResetAfter)), 10))
 			}
-			mark(hdrPolicy)
 		}
-		if f.on[hdrRateLimit] {
+		if f.on[FieldPolicy] {
+			if text != nil {
+				v.constant(FieldPolicy, text.policy, text.policyB)
+			} else {
+				v.commit(FieldPolicy, appendPolicy(v.spare(), tiers))
+			}
+		}
+		if f.on[FieldRateLimit] {
 			if f.tiers == TiersAll {
+				b := v.spare()
 				for i := range tiers {
 					if i > 0 {
-						buf = append(buf, ", "...)
+						b = append(b, ", "...)
 					}
-					buf = appendServiceItem(buf, &tiers[i], retry)
+					b = appendServiceItem(b, &tiers[i], retry)
 				}
+				v.commit(FieldRateLimit, b)
 			} else {
-				buf = appendServiceItem(buf, &tiers[deciding], retry)
+				v.commit(FieldRateLimit, appendServiceItem(v.spare(), &tiers[deciding], retry))
 			}
-			mark(hdrRateLimit)
 		}
 	}
-	if retry >= 0 && f.on[hdrRetryAfter] {
-		buf = strconv.AppendInt(buf, retry, 10)
-		mark(hdrRetryAfter)
+	if retry >= 0 && f.on[FieldRetryAfter] {
+		v.commit(FieldRetryAfter, strconv.AppendInt(v.spare(), retry, 10))
 	}
-	s := string(buf)
-	start := 0
-	for h := range numHeaders {
-		if has[h] {
-			set(f.names[h], s[start:ends[h]])
-			start = ends[h]
+	if !d.Allowed && f.on[FieldCacheControl] {
+		v.constant(FieldCacheControl, "no-store", noStore)
+	}
+}
+
+// appendPolicy appends RateLimit-Policy's value: one quota policy item per
+// tier, in order.
+func appendPolicy(b []byte, tiers []TierState) []byte {
+	for i := range tiers {
+		if i > 0 {
+			b = append(b, ", "...) // RFC 9651 section 4.1.1
+		}
+		b = appendPolicyItem(b, &tiers[i])
+	}
+	return b
+}
+
+// ruleText holds the values that depend only on the rules (and their
+// limits) a response reports: RateLimit-Policy, and X-RateLimit-Limit for
+// each tier deciding.
+type ruleText struct {
+	policy  string
+	policyB []byte
+	limit   [inlineTiers]string
+	limitB  [inlineTiers][]byte
+}
+
+// textKey identifies the tiers a response reports: their rules, in order.
+type textKey [inlineTiers]*Rule
+
+// maxTexts bounds a textCache: a policy replaced at run time (SetPolicy)
+// brings new rules, and the cache starts afresh rather than keep the old
+// ones forever.
+const maxTexts = 256
+
+// textCache maps the tiers a response reports to their constant values.
+// The map is replaced whole on insertion (copy on write), so lookups take
+// no lock. The values depend on the rules alone, which a Policy never
+// changes, so an entry never goes stale.
+type textCache struct {
+	mu   sync.Mutex
+	m    atomic.Pointer[map[textKey]*ruleText]
+	last atomic.Pointer[textEntry] // the entry found last, checked first
+}
+
+type textEntry struct {
+	key  textKey
+	text *ruleText
+}
+
+// get returns the constant values of tiers, or nil when they cannot be
+// kept: more tiers than a key holds, or a tier whose limit is not its
+// rule's own (a Lookup's, which may differ per identity).
+func (c *textCache) get(tiers []TierState) *ruleText {
+	if c == nil || len(tiers) > inlineTiers {
+		return nil
+	}
+	var k textKey
+	for i := range tiers {
+		t := &tiers[i]
+		if t.Rule == nil || (t.Limit != nil && t.Limit != &t.Rule.Limit) {
+			return nil
+		}
+		k[i] = t.Rule
+	}
+	// Most services have one policy and few rule sets: the last one found
+	// is usually the one, and comparing four pointers is cheaper than
+	// hashing them.
+	if e := c.last.Load(); e != nil && e.key == k {
+		return e.text
+	}
+	if m := c.m.Load(); m != nil {
+		if t, ok := (*m)[k]; ok {
+			c.last.Store(&textEntry{key: k, text: t})
+			return t
 		}
 	}
-	if !d.Allowed && f.on[hdrCacheControl] {
-		set(f.names[hdrCacheControl], "no-store")
+	t := newRuleText(tiers)
+	defer c.last.Store(&textEntry{key: k, text: t})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	n := 1
+	if old != nil && len(*old) < maxTexts {
+		n += len(*old)
 	}
+	m := make(map[textKey]*ruleText, n)
+	if old != nil && len(*old) < maxTexts {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[k] = t
+	c.m.Store(&m)
+	return t
+}
+
+func newRuleText(tiers []TierState) *ruleText {
+	t := &ruleText{policyB: appendPolicy(nil, tiers)}
+	t.policy = string(t.policyB)
+	for i := range tiers {
+		t.limitB[i] = strconv.AppendInt(nil, tiers[i].limit().Burst(), 10)
+		t.limit[i] = string(t.limitB[i])
+	}
+	return t
 }
 
 // decidingTier returns the index of d's deciding tier in tiers, or -1 when no
@@ -546,12 +793,8 @@ func (f *HeaderFormat) Status(d *Decision) int {
 // nothing. It allocates only when dst lacks capacity; names are escaped as
 // JSON requires.
 func (f *HeaderFormat) AppendProblem(dst []byte, d *Decision) []byte {
-	var arr [inlineTiers]TierState
-	tiers := d.Tiers()
-	if f != nil {
-		tiers = f.shown(d, arr[:0])
-	}
-	return appendProblem(dst, d, tiers)
+	var arr [maxInlineTiers]TierState
+	return appendProblem(dst, d, f.shown(d, arr[:0]))
 }
 
 func appendProblem(dst []byte, d *Decision, tiers []TierState) []byte {

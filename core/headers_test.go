@@ -349,6 +349,7 @@ func TestHeaders(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("Headers(%+v) =\n\t%s\nwant\n\t%s", d, strings.Join(got, "\n\t"), strings.Join(tc.want, "\n\t"))
 			}
+			checkSameAsReference(t, f, &d, d.Tiers(), d.At)
 		})
 	}
 }
@@ -732,6 +733,13 @@ func BenchmarkHeaders(b *testing.B) {
 				}
 			})
 		})
+		b.Run(bc.name+"/values/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			var v HeaderValues
+			for b.Loop() {
+				v.Format(bc.f, bc.d)
+			}
+		})
 	}
 	b.Run("problem/serial", func(b *testing.B) {
 		b.ReportAllocs()
@@ -844,6 +852,7 @@ func jsonText(s string) string {
 // checkResponse formats d and checks the invariants of its fields and body.
 func checkResponse(t *testing.T, f *HeaderFormat, d *Decision, tiers []TierState, now time.Time, all, delta bool) {
 	t.Helper()
+	checkSameAsReference(t, f, d, tiers, now)
 	h := make(map[string]string)
 	f.headers(d, tiers, now, func(name, value string) {
 		if _, dup := h[name]; dup {
@@ -1245,5 +1254,299 @@ func TestHeadersShadowTiers(t *testing.T) {
 		if f.Status(&d) != 0 {
 			t.Errorf("Status = %d, want 0 (allowed)", f.Status(&d))
 		}
+	}
+}
+
+// refHeaderLines is the reference the header fields are checked against:
+// every value formatted from the decision on each call, with nothing kept
+// between calls, one append after another, as "Name: value" lines in the
+// order Headers sets them.
+func refHeaderLines(f *HeaderFormat, d *Decision, tiers []TierState, now time.Time) []string {
+	deciding := -1
+	if d.Limit != 0 {
+		for i := range tiers {
+			if tiers[i].Rule != nil && tiers[i].Rule.Name == d.Rule {
+				deciding = i
+				break
+			}
+		}
+	}
+	retry := int64(-1)
+	if !d.Allowed && d.Reason != ReasonCostExceedsLimit {
+		retry = max((int64(d.RetryAfter)+int64(time.Second)-1)/int64(time.Second), 1)
+	}
+	if deciding < 0 && retry < 0 {
+		return nil
+	}
+	var lines []string
+	add := func(h HeaderField, v string) { lines = append(lines, f.names[h]+": "+v) }
+	if deciding >= 0 {
+		if f.on[FieldLimit] {
+			add(FieldLimit, strconv.FormatInt(d.Limit, 10))
+			add(FieldRemaining, strconv.FormatInt(d.Remaining, 10))
+			if f.reset == ResetDelta {
+				add(FieldReset, strconv.FormatInt(ceilSeconds(d.ResetAfter), 10))
+			} else {
+				add(FieldReset, strconv.FormatInt(ceilUnix(now.Add(d.ResetAfter)), 10))
+			}
+		}
+		if f.on[FieldPolicy] {
+			var items []string
+			for i := range tiers {
+				items = append(items, string(appendPolicyItem(nil, &tiers[i])))
+			}
+			add(FieldPolicy, strings.Join(items, ", "))
+		}
+		if f.on[FieldRateLimit] {
+			var items []string
+			for i := range tiers {
+				if f.tiers == TiersAll || i == deciding {
+					items = append(items, string(appendServiceItem(nil, &tiers[i], retry)))
+				}
+			}
+			add(FieldRateLimit, strings.Join(items, ", "))
+		}
+	}
+	if retry >= 0 && f.on[FieldRetryAfter] {
+		add(FieldRetryAfter, strconv.FormatInt(retry, 10))
+	}
+	if !d.Allowed && f.on[FieldCacheControl] {
+		add(FieldCacheControl, "no-store")
+	}
+	return lines
+}
+
+// checkSameAsReference checks that Headers and HeaderValues.Format give
+// d's fields exactly as refHeaderLines does, twice (the second time from
+// what the format kept of the first).
+func checkSameAsReference(t *testing.T, f *HeaderFormat, d *Decision, tiers []TierState, now time.Time) {
+	t.Helper()
+	want := refHeaderLines(f, d, tiers, now)
+	for round := range 2 {
+		var got []string
+		f.headers(d, tiers, now, func(name, value string) { got = append(got, name+": "+value) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: Headers =\n\t%s\nwant\n\t%s", round, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+		var v HeaderValues
+		v.used = 3 // leftovers of an earlier use must not matter
+		v.n = 2
+		f.values(d, tiers, now, resetValues(&v))
+		got = got[:0]
+		for i := range v.Len() {
+			val := string(v.Bytes(i))
+			if c, ok := v.Constant(i); ok && c != val {
+				t.Fatalf("round %d: field %v: Constant %q, Bytes %q", round, v.Field(i), c, val)
+			}
+			got = append(got, v.Field(i).Name(f)+": "+val)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: HeaderValues =\n\t%s\nwant\n\t%s", round, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+	}
+}
+
+// resetValues empties v as Format does before filling it.
+func resetValues(v *HeaderValues) *HeaderValues {
+	v.n, v.used = 0, 0
+	return v
+}
+
+// TestHeaderValues: Format gives what Headers sets, names included, with
+// the constant values reported as such; a nil or zero format, or an
+// outcome with no fields, leaves v empty.
+func TestHeaderValues(t *testing.T) {
+	l := newHdrLimiter(t, nil, hdrSeedRule)
+	allowed, _ := hdrRun(t, l, hdrStep{0, hdrAlice, 1})
+	denied, _ := hdrRun(t, l, hdrTimes(4, hdrStep{0, hdrAlice, 1})...)
+	for _, tc := range []struct {
+		name     string
+		f        *HeaderFormat
+		d        *Decision
+		want     []string
+		constant []HeaderField
+	}{
+		{"allowed", newHdrFormat(t), &allowed, []string{
+			"X-RateLimit-Limit: 4", "X-RateLimit-Remaining: 3", "X-RateLimit-Reset: 1767225601",
+			`RateLimit-Policy: "per-user";q=4;w=2`, `RateLimit: "per-user";r=3;t=1`,
+		}, []HeaderField{FieldLimit, FieldPolicy}},
+		{"denied, canonical", newHdrFormat(t, WithNameCase(NamesCanonical)), &denied, []string{
+			"X-Ratelimit-Limit: 4", "X-Ratelimit-Remaining: 0", "X-Ratelimit-Reset: 1767225602",
+			`Ratelimit-Policy: "per-user";q=4;w=2`, `Ratelimit: "per-user";r=0;t=1`,
+			"Retry-After: 1", "Cache-Control: no-store",
+		}, []HeaderField{FieldLimit, FieldPolicy, FieldCacheControl}},
+		{"nil format", nil, &allowed, nil, nil},
+		{"zero format", &HeaderFormat{}, &allowed, nil, nil},
+		{"no rule applied", newHdrFormat(t), &Decision{Allowed: true}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v HeaderValues
+			v.Format(tc.f, tc.d)
+			var got []string
+			var constant []HeaderField
+			for i := range v.Len() {
+				got = append(got, v.Field(i).Name(tc.f)+": "+string(v.Bytes(i)))
+				if _, ok := v.Constant(i); ok {
+					constant = append(constant, v.Field(i))
+				}
+			}
+			if !slices.Equal(got, tc.want) || !slices.Equal(constant, tc.constant) {
+				t.Errorf("Format = %q, constant %v; want %q, constant %v", got, constant, tc.want, tc.constant)
+			}
+			if want := headerLines(tc.f, tc.d, hdrT0); !slices.Equal(got, want) {
+				t.Errorf("Format = %q, Headers = %q", got, want)
+			}
+		})
+	}
+	t.Run("out of range", func(t *testing.T) {
+		var v HeaderValues
+		v.Format(newHdrFormat(t), &allowed)
+		defer func() {
+			if recover() == nil {
+				t.Error("Bytes(Len()) did not panic")
+			}
+		}()
+		v.Bytes(v.Len())
+	})
+}
+
+func TestHeaderFieldNames(t *testing.T) {
+	lower := newHdrFormat(t, WithNameCase(NamesLower))
+	for _, tc := range []struct {
+		h          HeaderField
+		str, lower string
+	}{
+		{FieldLimit, "X-RateLimit-Limit", "x-ratelimit-limit"},
+		{FieldPolicy, "RateLimit-Policy", "ratelimit-policy"},
+		{FieldCacheControl, "Cache-Control", "cache-control"},
+		{HeaderField(NumHeaderFields), "HeaderField(7)", ""},
+	} {
+		if got := tc.h.String(); got != tc.str {
+			t.Errorf("%d.String() = %q, want %q", tc.h, got, tc.str)
+		}
+		if got := tc.h.Name(lower); got != tc.lower {
+			t.Errorf("%v.Name(lower) = %q, want %q", tc.h, got, tc.lower)
+		}
+		if got := tc.h.Name(nil); got != "" {
+			t.Errorf("%v.Name(nil) = %q, want \"\"", tc.h, got)
+		}
+	}
+}
+
+// TestHeaderValuesAllocs: once a format has seen a decision's rules,
+// formatting its fields into a HeaderValues costs nothing, denied or
+// allowed, one tier or three.
+func TestHeaderValuesAllocs(t *testing.T) {
+	one := newHdrLimiter(t, nil, hdrSeedRule)
+	three := newHdrLimiter(t, nil, hdrThreeTiers...)
+	allowed, _ := hdrRun(t, one, hdrStep{0, hdrAlice, 1})
+	denied, _ := hdrRun(t, one, hdrTimes(5, hdrStep{0, hdrAlice, 1})...)
+	three1, _ := hdrRun(t, three, hdrStep{0, hdrAlice, 1})
+	deflt := newHdrFormat(t)
+	all := newHdrFormat(t, WithRateLimitTiers(TiersAll))
+	for _, tc := range []struct {
+		name string
+		f    *HeaderFormat
+		d    *Decision
+	}{
+		{"allowed", deflt, &allowed},
+		{"denied", deflt, &denied},
+		{"three tiers, all", all, &three1},
+	} {
+		var v HeaderValues
+		if got := testing.AllocsPerRun(100, func() { v.Format(tc.f, tc.d) }); got != 0 {
+			t.Errorf("%s: %v allocations, want 0", tc.name, got)
+		}
+	}
+}
+
+// TestHeaderValuesOverflow: values longer than the inline buffer (four
+// tiers of 64-character names reported with TiersAll) come out whole.
+func TestHeaderValuesOverflow(t *testing.T) {
+	var rules []Rule
+	for i := range 4 {
+		rules = append(rules, Rule{Name: strings.Repeat(string(rune('a'+i)), 64), Scope: ScopeUser, Limit: TokenBucket(PerSecond(1_000_000), 999_999_999_999)})
+	}
+	l := newHdrLimiter(t, nil, rules...)
+	d, now := hdrRun(t, l, hdrStep{0, hdrAlice, 1})
+	f := newHdrFormat(t, WithRateLimitTiers(TiersAll))
+	checkSameAsReference(t, f, &d, d.Tiers(), now)
+	var v HeaderValues
+	v.Format(f, &d)
+	total := 0
+	for i := range v.Len() {
+		total += len(v.Bytes(i))
+	}
+	if total <= headerValuesBuf {
+		t.Fatalf("the values take %d bytes, not more than the %d inline: the test checks nothing", total, headerValuesBuf)
+	}
+}
+
+// TestHeaderTextsFollowPolicy: the constant values a format keeps follow
+// the rules of each decision: a policy replaced at run time, a rule set of
+// another plan, a limit from a Lookup (never kept: it may differ per
+// identity), and the cache stays bounded however many rule sets it sees.
+func TestHeaderTextsFollowPolicy(t *testing.T) {
+	f := newHdrFormat(t)
+	policyOf := func(d *Decision) string {
+		var got string
+		f.Headers(d, func(name, value string) {
+			if name == "RateLimit-Policy" {
+				got = value
+			}
+		})
+		return got
+	}
+	l := newHdrLimiter(t, nil, hdrSeedRule)
+	d, _ := hdrRun(t, l, hdrStep{0, hdrAlice, 1})
+	if got, want := policyOf(&d), `"per-user";q=4;w=2`; got != want {
+		t.Fatalf("RateLimit-Policy = %s, want %s", got, want)
+	}
+	p, err := NewPolicy(Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(2), 6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = hdrRun(t, l, hdrStep{0, hdrAlice, 1})
+	if got, want := policyOf(&d), `"per-user";q=6;w=3`; got != want {
+		t.Errorf("after SetPolicy: RateLimit-Policy = %s, want %s", got, want)
+	}
+
+	table := NewLimitTable()
+	if err := table.Set("alice", TokenBucket(PerSecond(1), 7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Set("bob", TokenBucket(PerSecond(1), 9)); err != nil {
+		t.Fatal(err)
+	}
+	lk := newHdrLimiter(t, nil, Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 5), Lookup: table})
+	for _, tc := range []struct {
+		user, want string
+	}{{"alice", `"per-user";q=7;w=7`}, {"bob", `"per-user";q=9;w=9`}, {"carol", `"per-user";q=5;w=5`}, {"alice", `"per-user";q=7;w=7`}} {
+		d, now := hdrRun(t, lk, hdrStep{0, Request{User: tc.user}, 1})
+		if got := policyOf(&d); got != tc.want {
+			t.Errorf("%s: RateLimit-Policy = %s, want %s", tc.user, got, tc.want)
+		}
+		checkSameAsReference(t, f, &d, d.Tiers(), now)
+	}
+
+	for i := range 2 * maxTexts {
+		r := Rule{Name: fmt.Sprintf("r%d", i), Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), int64(i+1))}
+		d, tiers := Decision{Allowed: true, Limit: int64(i + 1), Rule: r.Name}, []TierState{{Rule: &r}}
+		var got string
+		f.headers(&d, tiers, hdrT0, func(name, value string) {
+			if name == "RateLimit-Policy" {
+				got = value
+			}
+		})
+		// An unvalidated limit has no window to report.
+		if want := fmt.Sprintf(`"r%d";q=%d`, i, i+1); got != want {
+			t.Fatalf("rule set %d: RateLimit-Policy = %s, want %s", i, got, want)
+		}
+	}
+	if n := len(*f.texts.m.Load()); n > maxTexts {
+		t.Errorf("the format keeps %d rule sets, want at most %d", n, maxTexts)
 	}
 }

@@ -95,6 +95,9 @@ type config struct {
 	store     Store
 	failure   FailureMode
 	observers []Observer
+	tally     *Tally
+	latency   func(context.Context, time.Duration)
+	denials   func(context.Context, Denial)
 	sampling  int
 	shadow    bool
 	logger    *slog.Logger
@@ -169,6 +172,66 @@ func WithObserver(o Observer) Option {
 // in 16 is timed.
 const DefaultLatencySampling = 16
 
+// WithTally counts every decision in t, as an Observer calling t.Record
+// would, and passes the decision time of each timed decision (see
+// WithLatencySampling) to latency, if not nil, with the decision's context. The limiter calls t
+// directly, so the event it counts is neither copied nor pooled: a
+// decision costs less than with an Observer (a metrics adapter built on a
+// Tally offers this as its Option). It may be given once; observers still
+// run after it. A nil t makes NewLimiter fail with ErrInvalidOption.
+func WithTally(t *Tally, latency func(ctx context.Context, d time.Duration)) Option {
+	return optionFunc(func(c *config) {
+		switch {
+		case t == nil:
+			c.fail("WithTally: tally is nil")
+		case c.tally != nil && c.tally != t:
+			c.fail("WithTally: given twice, with two tallies")
+		default:
+			c.tally, c.latency = t, latency
+		}
+	})
+}
+
+// Denial is one tier's denial of a request, as WithDenials reports it: a
+// plain value, valid after the call.
+type Denial struct {
+	Rule  *Rule  // the denying tier's rule; read only
+	Limit *Limit // the limit it applied; read only
+	// Identity is the request's identity in the rule's scope: the
+	// bucket's key within the rule.
+	Identity string
+	// User, IP and Endpoint are the request's identities ("" when absent).
+	User, IP, Endpoint string
+	// At is the time the store decided at (Decision.At), or the time of
+	// the call when the store did not say.
+	At        time.Time
+	Remaining int64 // the tier's whole tokens left
+	// Shadow: the tier is in shadow mode; it did not deny the request,
+	// which Decision.ShadowDenied then says.
+	Shadow bool
+}
+
+// WithDenials calls deny on the calling goroutine for every tier that
+// denies a request (shadow tiers included), once its decision is made,
+// before the observers, with the decision's context: an audit log of
+// violations attaches here. Unlike an Observer's event, a Denial is a
+// value, so the limiter makes no copy of the decision for it, and a
+// decision that no tier denies costs nothing more. deny must be safe for
+// concurrent use and quick. It may be given once; a nil deny makes
+// NewLimiter fail with ErrInvalidOption.
+func WithDenials(deny func(ctx context.Context, v Denial)) Option {
+	return optionFunc(func(c *config) {
+		switch {
+		case deny == nil:
+			c.fail("WithDenials: function is nil")
+		case c.denials != nil:
+			c.fail("WithDenials: given twice")
+		default:
+			c.denials = deny
+		}
+	})
+}
+
 // WithLatencySampling times one decision in n, at random, for the observers
 // (Event.Latency): timing takes two clock reads, which cost as much as the
 // rest of an in-memory decision. 1 times every decision. n must be at least
@@ -234,8 +297,11 @@ type Limiter struct {
 	fallback *MemoryStore
 	failure  FailureMode
 	observer []Observer
-	sampling uint32 // time one decision in sampling for the observers
-	shadow   bool   // every rule in shadow mode
+	tally    *Tally                               // WithTally's, counted directly
+	denials  func(context.Context, Denial)        // WithDenials'
+	latency  func(context.Context, time.Duration) // WithTally's, for timed decisions
+	sampling uint32                               // time one decision in sampling for the observers
+	shadow   bool                                 // every rule in shadow mode
 	log      *LogThrottle
 	timeout  time.Duration // bound on each store call; 0: none
 	memory   *MemoryStore  // store, when it is one
@@ -274,7 +340,7 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	if cfg.sampling == 0 {
 		cfg.sampling = DefaultLatencySampling
 	}
-	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observers, sampling: uint32(cfg.sampling), shadow: cfg.shadow, timeout: cfg.timeout}
+	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observers, tally: cfg.tally, latency: cfg.latency, denials: cfg.denials, sampling: uint32(cfg.sampling), shadow: cfg.shadow, timeout: cfg.timeout}
 	if cfg.logger != nil {
 		l.log = NewLogThrottle(cfg.logger, LogInterval)
 	}
@@ -487,21 +553,34 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		}
 	}
 	p := l.policy.Load()
-	// Up to inlineTiers tiers live on this stack frame; the memory store
-	// takes them as they are, so a decision allocates nothing.
-	var (
-		bucketArr [inlineTiers]Bucket
-		stateArr  [inlineTiers]BucketState
-		ruleArr   [inlineTiers]*Rule
-	)
+	// The tiers live on this stack frame, up to maxInlineTiers; the
+	// memory store takes them as they are, so a decision allocates nothing.
 	// Separate variables, not a Take: escape analysis treats a struct as a
 	// whole, and now's *time.Location escapes on the interface path.
-	buckets, states, rules := bucketArr[:0], stateArr[:0], ruleArr[:0]
+	if len(p.rules) <= 2 {
+		var (
+			bucketArr [2]Bucket
+			stateArr  [2]BucketState
+			ruleArr   [2]*Rule
+		)
+		return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
+	}
+	var (
+		bucketArr [maxInlineTiers]Bucket
+		stateArr  [maxInlineTiers]BucketState
+		ruleArr   [maxInlineTiers]*Rule
+	)
+	return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
+}
+
+// decideOn is decide with p, and room for the tiers in buckets, states and
+// rules (empty, states at full length).
+func (l *Limiter) decideOn(ctx context.Context, p *Policy, now time.Time, req *Request, n int64, d *Decision, buckets []Bucket, states []BucketState, rules []*Rule) error {
 	buckets, rules, err := p.resolve(ctx, req, buckets, rules)
 	if err != nil {
 		return err
 	}
-	if len(buckets) > len(stateArr) {
+	if len(buckets) > len(states) {
 		states = make([]BucketState, len(buckets))
 	}
 	states = states[:len(buckets)]
@@ -515,39 +594,57 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 // resolve appends to buckets and rules the bucket and rule of every tier
 // that applies to req, in policy order.
 func (p *Policy) resolve(ctx context.Context, req *Request, buckets []Bucket, rules []*Rule) ([]Bucket, []*Rule, error) {
-	plan, perr := p.plan(req)
-	if perr != nil {
-		return nil, nil, perr
+	plan := req.Plan
+	if len(p.known) > 0 {
+		var err error
+		if plan, err = p.plan(req); err != nil {
+			return nil, nil, err
+		}
+	}
+	var err error
+	if p.byRoute == nil && p.byMethod == nil {
+		// No rule is scoped to routes: every rule is a candidate.
+		for i := range p.rules {
+			if buckets, rules, err = p.add(ctx, i, req, plan, buckets, rules); err != nil {
+				return nil, nil, err
+			}
+		}
+		return buckets, rules, nil
 	}
 	for it := p.candidates(req.Method, req.Route); ; {
 		i, more := it.next()
 		if !more {
-			break
+			return buckets, rules, nil
 		}
-		id, ok := p.applies(i, req, plan)
-		if !ok {
-			continue
+		if buckets, rules, err = p.add(ctx, i, req, plan, buckets, rules); err != nil {
+			return nil, nil, err
 		}
-		r := &p.rules[i]
-		if err := CheckKey(id); err != nil {
-			return nil, nil, fmt.Errorf("ratelimit: rule %q: %s identity: %w", r.Name, r.Scope, err)
-		}
-		lim := &r.Limit
-		if r.Lookup != nil {
-			l, ok, err := r.Lookup.Limit(ctx, id)
-			switch {
-			case err != nil:
-				return nil, nil, fmt.Errorf("ratelimit: rule %q: limit lookup: %w", r.Name, err)
-			case ok && (l == nil || !l.decidable()):
-				return nil, nil, fmt.Errorf("ratelimit: rule %q: limit lookup: %w: the limit of %q was not made by NewLimit", r.Name, ErrInvalidRule, id)
-			case ok:
-				lim = l
-			}
-		}
-		buckets = append(buckets, Bucket{Rule: r.Name, Key: id, Limit: lim})
-		rules = append(rules, r)
 	}
-	return buckets, rules, nil
+}
+
+// add appends rule i's bucket and the rule if it applies to req.
+func (p *Policy) add(ctx context.Context, i int, req *Request, plan string, buckets []Bucket, rules []*Rule) ([]Bucket, []*Rule, error) {
+	id, ok := p.applies(i, req, plan)
+	if !ok {
+		return buckets, rules, nil
+	}
+	r := &p.rules[i]
+	if !validKey(id) {
+		return nil, nil, fmt.Errorf("ratelimit: rule %q: %s identity: %w", r.Name, r.Scope, CheckKey(id))
+	}
+	lim := &r.Limit
+	if r.Lookup != nil {
+		l, ok, err := r.Lookup.Limit(ctx, id)
+		switch {
+		case err != nil:
+			return nil, nil, fmt.Errorf("ratelimit: rule %q: limit lookup: %w", r.Name, err)
+		case ok && (l == nil || !l.decidable()):
+			return nil, nil, fmt.Errorf("ratelimit: rule %q: limit lookup: %w: the limit of %q was not made by NewLimit", r.Name, ErrInvalidRule, id)
+		case ok:
+			lim = l
+		}
+	}
+	return append(buckets, Bucket{Rule: r.Name, Key: id, Limit: lim}), append(rules, r), nil
 }
 
 // settle decides a request on its buckets into d, the zero Decision: the
@@ -559,10 +656,11 @@ func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []
 		return nil
 	}
 	var err error
-	if l.memory != nil {
+	if l.memory != nil && len(buckets) == 1 {
 		// Everything take would check was checked above.
-		t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
-		d.At = time.Unix(0, l.memory.take(&t))
+		d.At = time.Unix(0, l.memory.takeRule(rules[0], &buckets[0], &states[0], now, n))
+	} else if l.memory != nil {
+		d.At = time.Unix(0, l.memory.takeRules(rules, buckets, states, now, n))
 	} else {
 		d.At, err = l.takeFrom(ctx, l.store, now, n, buckets, states)
 		if err != nil && gaveUp(ctx, err) {
@@ -608,11 +706,15 @@ func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []
 // charged in a second call, which decides it; the shadow tiers keep what
 // the first call said of them, having taken nothing, as if enforced.
 func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets []Bucket, rules []*Rule, d *Decision) error {
-	first := d.Tiers()
+	var firstArr [maxInlineTiers]TierState
+	first := firstArr[:0]
+	for i := range d.NumTiers() {
+		first = append(first, d.TierAt(i))
+	}
 	var (
-		bucketArr [inlineTiers]Bucket
-		stateArr  [inlineTiers]BucketState
-		ruleArr   [inlineTiers]*Rule
+		bucketArr [maxInlineTiers]Bucket
+		stateArr  [maxInlineTiers]BucketState
+		ruleArr   [maxInlineTiers]*Rule
 	)
 	eb, es, er := bucketArr[:0], stateArr[:0], ruleArr[:0]
 	for i := range first {
@@ -627,30 +729,25 @@ func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets 
 	}
 	var out Decision
 	err := l.settle(ctx, now, n, eb, es, er, &out)
-	if err != nil || out.n == 0 && out.more == nil {
+	if err != nil || out.NumTiers() == 0 {
 		*d = out
 		return err // a failure decided it
 	}
 	// Every tier, in policy order: the enforced ones as the second call
 	// left them, the shadow ones as the first did.
-	second := out.Tiers()
-	merged := make([]TierState, 0, len(first))
-	var secondArr [inlineTiers]TierState
-	if len(first) <= inlineTiers {
-		second = secondArr[:copy(secondArr[:], second)]
-		merged = out.tiers[:0:inlineTiers]
+	var secondArr [maxInlineTiers]TierState
+	second := secondArr[:0]
+	for i := range out.NumTiers() {
+		second = append(second, out.TierAt(i))
 	}
+	out.setTiers(len(first))
 	for i, j := 0, 0; i < len(first); i++ {
 		if first[i].Shadow {
-			merged = append(merged, first[i])
+			out.setTier(i, &first[i])
 		} else {
-			merged, j = append(merged, second[j]), j+1
+			out.setTier(i, &second[j])
+			j++
 		}
-	}
-	if len(first) <= inlineTiers {
-		out.n, out.more = len(merged), nil
-	} else {
-		out.n, out.more = len(merged), merged
 	}
 	out.ShadowDenied = out.Allowed
 	*d = out
@@ -659,8 +756,8 @@ func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets 
 
 // shadowOnly reports whether every tier that denied d is in shadow mode.
 func (d *Decision) shadowOnly() bool {
-	for _, t := range d.Tiers() {
-		if !t.Allowed && !t.Shadow {
+	for i := range d.NumTiers() {
+		if t := d.TierAt(i); !t.Allowed && !t.Shadow {
 			return false
 		}
 	}
@@ -856,39 +953,77 @@ func ended(ctx context.Context) bool {
 
 // run is decide with the observers called and store failures logged.
 func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64, d *Decision) error {
-	if !l.constructed() || len(l.observer) == 0 && l.log == nil {
+	if !l.constructed() || len(l.observer) == 0 && l.log == nil && l.tally == nil && l.denials == nil {
 		return l.decide(ctx, now, req, n, d)
 	}
-	if len(l.observer) == 0 {
+	if len(l.observer) == 0 && l.tally == nil {
 		err := l.decide(ctx, now, req, n, d)
 		l.logFailure(ctx, d, err)
+		if l.denials != nil && (!d.Allowed || d.ShadowDenied) {
+			l.deny(ctx, req, d)
+		}
 		return err
 	}
-	// The event and what it points to live in a pooled object: observers
-	// are func values, which the compiler must assume keep their
-	// arguments, so values on this stack would move to the heap. It keeps
-	// its copies until its next use (or the pool's next cleaning, at a
-	// GC): clearing them would cost a decision as much as copying them.
-	ob := observedPool.Get().(*observed)
-	timed := l.sampling == 1 || rand.Uint32()%l.sampling == 0
+	timed := (l.latency != nil || len(l.observer) > 0) && (l.sampling == 1 || rand.Uint32()%l.sampling == 0)
 	var start time.Time
 	if timed {
 		start = time.Now()
 	}
 	err := l.decide(ctx, now, req, n, d)
-	ob.e = Event{Request: &ob.r, Decision: &ob.d, Err: err, Timed: timed}
+	var latency time.Duration
 	if timed {
-		ob.e.Latency = time.Since(start)
+		latency = time.Since(start)
 	}
 	if l.log != nil {
 		l.logFailure(ctx, d, err)
 	}
+	if l.tally != nil {
+		// A direct call, which keeps nothing of d: it stays where the
+		// caller has it.
+		l.tally.record(d, err)
+		if timed && l.latency != nil {
+			l.latency(ctx, latency)
+		}
+	}
+	if l.denials != nil && (!d.Allowed || d.ShadowDenied) {
+		l.deny(ctx, req, d)
+	}
+	if len(l.observer) == 0 {
+		return err
+	}
+	// For the observers, the event and what it points to live in a pooled
+	// object: observers are func values, which the compiler must assume
+	// keep their arguments, so values on this stack would move to the
+	// heap. It keeps its copies until its next use (or the pool's next
+	// cleaning, at a GC): clearing them would cost a decision as much as
+	// copying them.
+	ob := observedPool.Get().(*observed)
 	ob.r, ob.d = *req, *d
+	ob.e = Event{Request: &ob.r, Decision: &ob.d, Err: err, Latency: latency, Timed: timed}
 	for _, o := range l.observer {
 		o(ctx, &ob.e)
 	}
 	observedPool.Put(ob)
 	return err
+}
+
+// deny calls WithDenials' function for each tier of d that denied req.
+func (l *Limiter) deny(ctx context.Context, req *Request, d *Decision) {
+	at := d.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	for i := range d.NumTiers() {
+		t := d.TierAt(i)
+		if t.Allowed || t.Rule == nil {
+			continue
+		}
+		l.denials(ctx, Denial{
+			Rule: t.Rule, Limit: t.limit(), Identity: req.identity(t.Rule.Scope),
+			User: req.User, IP: req.IP, Endpoint: req.Endpoint,
+			At: at, Remaining: t.Remaining, Shadow: t.Shadow,
+		})
+	}
 }
 
 // observed is what an Observer's Event points to.
@@ -948,8 +1083,24 @@ func (t *TierState) limit() *Limit {
 	return &t.Rule.Limit
 }
 
-// inlineTiers is how many tier states a Decision holds without allocating.
+// inlineTiers is how many tiers the header formatting keeps on the stack.
 const inlineTiers = 4
+
+// maxInlineTiers is how many tiers a decision is made on, and a Decision
+// holds, without allocating.
+const maxInlineTiers = 8
+
+// tierRec is a tier's state in a Decision, compact: TierAt expands it.
+type tierRec struct {
+	rule                  *Rule
+	limit                 *Limit
+	remaining, resetAfter int64
+	wait                  int64 // RetryAfter when denied, Delay when allowed
+}
+
+// tierFlags holds a tier's Allowed (bit 0), Shadow (bit 1) and Reason
+// (bits 2 and up).
+type tierFlags uint8
 
 // Decision is the outcome of one request against every tier that applies.
 // The summary fields come from the deciding tier: the denying one with the
@@ -989,41 +1140,103 @@ type Decision struct {
 	ShadowDenied bool
 
 	n     int
-	tiers [inlineTiers]TierState
-	more  []TierState
+	flags [maxInlineTiers]tierFlags
+	tiers [maxInlineTiers]tierRec
+	more  []TierState // the tiers, when more than maxInlineTiers
 }
 
-// Tiers returns the state of every tier that applied, in policy order, and
-// nil for a nil d. The slice aliases d: copy it to keep it past d.
+// NumTiers returns the number of tiers that applied; 0 for a nil d.
+func (d *Decision) NumTiers() int {
+	switch {
+	case d == nil:
+		return 0
+	case d.more != nil:
+		return len(d.more)
+	}
+	return d.n
+}
+
+// TierAt returns the state of tier i, in policy order, for i from 0 to
+// NumTiers()-1; the zero TierState for any other i. It allocates nothing.
+func (d *Decision) TierAt(i int) TierState {
+	switch {
+	case i < 0 || i >= d.NumTiers():
+		return TierState{}
+	case d.more != nil:
+		return d.more[i]
+	}
+	r, f := &d.tiers[i], d.flags[i]
+	t := TierState{Rule: r.rule, Limit: r.limit, Shadow: f&2 != 0}
+	t.Allowed, t.Reason = f&1 != 0, Reason(f>>2)
+	t.Remaining, t.ResetAfter = r.remaining, time.Duration(r.resetAfter)
+	if t.Allowed {
+		t.Delay = time.Duration(r.wait)
+	} else {
+		t.RetryAfter = time.Duration(r.wait)
+	}
+	return t
+}
+
+// Tiers returns the state of every tier that applied, in policy order, in
+// a new slice; nil for a nil d or when no rule applied. Paths that must not
+// allocate use NumTiers and TierAt.
 func (d *Decision) Tiers() []TierState {
-	if d == nil {
+	n := d.NumTiers()
+	if n == 0 {
 		return nil
 	}
-	if d.more != nil {
-		return d.more
+	out := make([]TierState, n)
+	for i := range out {
+		out[i] = d.TierAt(i)
 	}
-	return d.tiers[:d.n]
+	return out
 }
 
 // Tier returns the deciding tier's state, and false when no rule applied or
 // d is nil.
 func (d *Decision) Tier() (TierState, bool) {
-	if d == nil {
-		return TierState{}, false
-	}
-	for _, t := range d.Tiers() {
-		if t.Rule.Name == d.Rule {
+	for i := range d.NumTiers() {
+		if t := d.TierAt(i); t.Rule.Name == d.Rule {
 			return t, true
 		}
 	}
 	return TierState{}, false
 }
 
-func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, shadow bool) {
-	n := len(states)
-	if n > inlineTiers {
+// setTiers makes room for n tiers, to be set with setTier.
+func (d *Decision) setTiers(n int) {
+	d.n, d.more = n, nil
+	if n > maxInlineTiers {
 		d.more = make([]TierState, n)
 	}
+}
+
+// setTier sets tier i, below the n of setTiers.
+func (d *Decision) setTier(i int, t *TierState) {
+	if d.more != nil {
+		d.more[i] = *t
+		return
+	}
+	d.setRec(i, t.Rule, t.Limit, &t.BucketState, t.Shadow)
+}
+
+func (d *Decision) setRec(i int, rule *Rule, limit *Limit, st *BucketState, shadow bool) {
+	f := tierFlags(st.Reason) << 2
+	wait := st.RetryAfter
+	if st.Allowed {
+		f |= 1
+		wait = st.Delay
+	}
+	if shadow {
+		f |= 2
+	}
+	d.flags[i] = f
+	d.tiers[i] = tierRec{rule: rule, limit: limit, remaining: st.Remaining, resetAfter: int64(st.ResetAfter), wait: int64(wait)}
+}
+
+func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, shadow bool) {
+	n := len(states)
+	d.setTiers(n)
 	best := -1
 	allowed := true
 	for i := range states {
@@ -1031,11 +1244,10 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 	}
 	for i := range states {
 		st := &states[i]
-		ts := TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st, Shadow: shadow || rules[i].Shadow}
 		if d.more != nil {
-			d.more[i] = ts
+			d.more[i] = TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st, Shadow: shadow || rules[i].Shadow}
 		} else {
-			d.tiers[i] = ts
+			d.setRec(i, rules[i], buckets[i].Limit, st, shadow || rules[i].Shadow)
 		}
 		if best < 0 || decides(st, &states[best], allowed) {
 			best = i
@@ -1044,7 +1256,6 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 			d.Delay = st.Delay
 		}
 	}
-	d.n = n
 	b := &states[best]
 	r := rules[best]
 	d.Allowed = allowed

@@ -7,9 +7,11 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // MemoryStore keeps buckets in process memory. It is the embedded default
@@ -20,13 +22,17 @@ import (
 // Take returns an error wrapping ErrNotConstructed, Reclaim does nothing,
 // Stats returns zero counts, and WithStore refuses it. None of them panics.
 //
-// Buckets are spread over shards, each an open-addressing hash table that
-// is read without locking; every bucket has its own lock. A decision on one
-// existing bucket hashes its key once, finds it without taking any shared
-// lock, and locks only that bucket, so goroutines on different keys do not
-// wait for each other and a hot key contends on a single cache line. A
-// decision on several buckets locks their shards, in order, then the
-// buckets. Deciding on existing buckets allocates nothing.
+// Each rule has a table of its own, spread over shards, each an
+// open-addressing hash table that is read without locking. A token bucket
+// (or shaping) bucket is one small entry whose whole state is one integer,
+// its theoretical arrival time: a decision on one existing bucket hashes the
+// key once, finds the entry without taking any lock, and updates it with one
+// compare-and-swap, so goroutines on different keys never wait for each
+// other and a hot key contends on a single word. A decision on several
+// buckets, or on a window or log, locks its buckets, each by a
+// compare-and-swap on the same word, in one global order (so two decisions
+// cannot deadlock), decides them all and commits only if all allow. Deciding
+// on existing buckets allocates nothing.
 //
 // A bucket keeps its state whatever limit a later take carries for it (see
 // Limit for what a changed limit does with it). A bucket whose state is
@@ -36,36 +42,87 @@ import (
 // at a time. Nothing ever locks the whole store. Decisions with explicit times
 // that can step back should keep expired buckets a while (WithReclaimDelay).
 //
-// The store holds at most WithMaxKeys buckets (rounded up to a multiple of
-// the shard count). When a shard is full it first drops expired buckets; if
-// none has expired it evicts, among eight sampled buckets, the one that would
-// be full soonest. Evicting a bucket forgives what it still owed (at most its
-// burst), so a store too small for its traffic can admit more than the
-// policy; Stats counts evictions so that this is visible. Size the store for
-// the number of live keys.
+// The store holds at most WithMaxKeys buckets (insertions racing into
+// different shards can pass it by one each). When it is full, an insertion
+// first drops expired buckets of its shard; if none has expired it evicts,
+// among eight sampled buckets of its shard (or, if it has none, of another),
+// the one that would be full soonest. Evicting a bucket forgives what it still
+// owed (at most its burst), so a store too small for its traffic can admit
+// more than the policy; Stats counts evictions so that this is visible. Size
+// the store for the number of live keys.
 type MemoryStore struct {
-	shards []shard
-	mask   uint64
-	seed   maphash.Seed
-	clock  Clock // nil: the monotonic clock below
-	wall0  int64 // Unix ns at mono0
-	mono0  time.Time
-	perCap int   // most buckets per shard
-	delay  int64 // ns an expired bucket is kept before it is reclaimed
+	rules   atomic.Pointer[map[string]*ruleTable] // copied on write
+	rulesMu sync.Mutex                            // serializes adding a rule's table
+	nshards int                                   // shards per rule, a power of two
+	seed    maphash.Seed
+	clock   Clock // nil: the monotonic clock below
+	wall0   int64 // Unix ns at mono0
+	mono0   time.Time
+	maxKeys int64
+	delay   int64 // ns an expired bucket is kept before it is reclaimed
 
+	live      atomic.Int64 // entries in every table
 	evictions atomic.Int64
 	reclaimed atomic.Int64
 }
 
-// entry is one bucket. hash and key never change; mu guards the rest.
+// ruleTable holds the buckets of one rule name.
+type ruleTable struct {
+	mask   uint64 // len(shards)-1
+	shards []shard
+}
+
+// The word of an entry: a token bucket's TAT (Unix ns, never negative) or,
+// for a window or log, 0; or one of these.
+const (
+	wordLocked int64 = -1 // a decision holds the entry; the TAT is in its hands
+	wordDead   int64 = -2 // dropped from its table: look the key up again
+)
+
+// entry is one bucket. Everything but word, and the window state while word
+// is wordLocked, is fixed at creation: a take under another algorithm or
+// fill time replaces the entry, so that a compare-and-swap on word alone is
+// exact. A token bucket's entry is 32 bytes; a window's or log's is an
+// extEntry, which begins with one.
 type entry struct {
-	hash    uint64
-	mu      sync.Mutex
-	dead    bool // dropped from its table: look the key up again
-	alg     Algorithm
-	expires int64
+	word  atomic.Int64
+	key   string // the identity, unique within the rule
+	shape uint64 // the algorithm << 56 | for token buckets the fill time (tau) the TAT is written under
+}
+
+// extEntry is the entry of a window or log bucket.
+type extEntry struct {
+	entry
+	ext extState
+}
+
+// shapeOf returns the shape of an entry written under l. A fill time is at
+// most MaxSpan, below 2^56 ns.
+func shapeOf(l *Limit) uint64 {
+	if l.isBucket() {
+		return uint64(l.alg)<<56 | uint64(l.tau)
+	}
+	return uint64(l.alg) << 56
+}
+
+func (e *entry) alg() Algorithm { return Algorithm(e.shape >> 56) }
+
+func (e *entry) span() int64 { return int64(e.shape & (1<<56 - 1)) }
+
+// ext returns the window state of a window or log entry, nil for a token
+// bucket's.
+func (e *entry) ext() *extState {
+	if a := e.alg(); a == 0 || a == AlgTokenBucket || a == AlgShaping {
+		return nil
+	}
+	return &(*extEntry)(unsafe.Pointer(e)).ext // made by newEntry as an extEntry
+}
+
+// extState is the state of a window or log bucket, read and written only
+// while its entry's word is wordLocked.
+type extState struct {
 	st      State
-	key     string
+	expires int64
 }
 
 // tombstone marks a slot whose entry was dropped, so probes continue past it.
@@ -75,16 +132,15 @@ var tombstone = &entry{}
 // slots atomically without a lock; only the shard's writer changes them.
 // Each slot keeps its entry's hash beside the pointer, so that a lookup
 // compares hashes in the table, whose lines stay shared between cores, and
-// touches an entry, whose line moves to whichever core decides on it, only
-// to lock it.
+// touches only the entry it is after.
 type table struct {
 	mask  uint64
 	slots []slot
 }
 
-// slot is one table position. Writers store hash before e; a reader loads e
-// first, so a non-nil e comes with its hash (or, for a slot reused after a
-// drop, with a later hash, which the dead flag of the old entry catches).
+// slot is one table position. Writers store hash before e. A reader that
+// finds e with another hash (the slot reused after a drop) compares e's key,
+// which never changes, so it never takes one key's entry for another's.
 type slot struct {
 	hash atomic.Uint64
 	e    atomic.Pointer[entry]
@@ -93,10 +149,9 @@ type slot struct {
 type shard struct {
 	mu     sync.Mutex // serializes inserts, drops and resizes
 	tab    atomic.Pointer[table]
-	live   int // entries in tab, under mu
 	used   int // slots not nil (entries and tombstones), under mu
 	cursor int // next slot the incremental sweep looks at, under mu
-	_      [64]byte
+	_      [32]byte
 }
 
 // MemoryOption configures a MemoryStore; pass options to NewMemoryStore.
@@ -137,8 +192,8 @@ func WithClock(c Clock) MemoryOption {
 }
 
 // WithMaxKeys bounds the number of buckets the store holds; n must be at
-// least 1. The default is 1,000,000, which held 160 MB of heap with IPv4
-// addresses as keys.
+// least 1. The default is 1,000,000. A token bucket with a key of up to 16
+// bytes takes about 100 bytes of heap.
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.maxKeys = n })
 }
@@ -156,8 +211,9 @@ func WithReclaimDelay(d time.Duration) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.delay = d })
 }
 
-// WithShards sets the number of shards, between 1 and 65536, rounded up to a
-// power of two. The default is 16 per CPU (GOMAXPROCS), at least 64.
+// WithShards sets the number of shards of each rule's table, between 1 and
+// 65536, rounded up to a power of two. The default is 16 per CPU
+// (GOMAXPROCS), at least 64.
 func WithShards(n int) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.shards = n })
 }
@@ -189,21 +245,16 @@ func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
-	n := 1 << bits.Len(uint(cfg.shards-1))
-	n = min(n, 1<<bits.Len(uint(cfg.maxKeys-1))) // no shard without room
 	s := &MemoryStore{
-		shards: make([]shard, n),
-		mask:   uint64(n - 1),
-		seed:   maphash.MakeSeed(),
-		clock:  cfg.clock,
-		mono0:  time.Now(),
-		perCap: (cfg.maxKeys + n - 1) / n,
-		delay:  int64(cfg.delay),
+		nshards: 1 << bits.Len(uint(cfg.shards-1)),
+		seed:    maphash.MakeSeed(),
+		clock:   cfg.clock,
+		mono0:   time.Now(),
+		maxKeys: int64(cfg.maxKeys),
+		delay:   int64(cfg.delay),
 	}
 	s.wall0 = s.mono0.UnixNano()
-	for i := range s.shards {
-		s.shards[i].tab.Store(newTable(8))
-	}
+	s.rules.Store(&map[string]*ruleTable{})
 	return s, nil
 }
 
@@ -216,15 +267,37 @@ func (s *MemoryStore) now() int64 {
 	return s.wall0 + int64(time.Since(s.mono0))
 }
 
-// appendKey appends the bucket key "rule\x00key". Rule names and keys hold
-// no control characters, so the key is unambiguous.
-func appendKey(dst []byte, b *Bucket) []byte {
-	return append(append(append(dst, b.Rule...), 0), b.Key...)
+// constructed reports whether s was made by NewMemoryStore.
+func (s *MemoryStore) constructed() bool { return s != nil && s.nshards > 0 }
+
+// table returns the table of rule, or nil if it has none and add is false.
+func (s *MemoryStore) table(rule string, add bool) *ruleTable {
+	if rt := (*s.rules.Load())[rule]; rt != nil || !add {
+		return rt
+	}
+	s.rulesMu.Lock()
+	defer s.rulesMu.Unlock()
+	old := *s.rules.Load()
+	if rt := old[rule]; rt != nil {
+		return rt
+	}
+	rt := &ruleTable{mask: uint64(s.nshards - 1), shards: make([]shard, s.nshards)}
+	for i := range rt.shards {
+		rt.shards[i].tab.Store(newTable(8))
+	}
+	m := make(map[string]*ruleTable, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[rule] = rt
+	s.rules.Store(&m)
+	return rt
 }
 
-// constructed reports whether s was made by NewMemoryStore, which always
-// makes shards.
-func (s *MemoryStore) constructed() bool { return s != nil && s.shards != nil }
+// shard returns the shard of hash h. The table inside it indexes by the low
+// bits of h; the shard takes high ones, so a shard's keys spread over its
+// table.
+func (rt *ruleTable) shard(h uint64) *shard { return &rt.shards[(h>>40)&rt.mask] }
 
 // Take implements Store: it validates t with CheckTake and decides it
 // without waiting, so ctx is not read. It is safe for concurrent use. It
@@ -251,259 +324,354 @@ func (s *MemoryStore) take(t *Take) int64 {
 	} else {
 		now = t.Now.UnixNano()
 	}
-	if len(t.Buckets) == 1 {
-		s.takeOne(t, now)
-	} else {
-		s.takeMany(t, now)
+	if len(t.Buckets) != 1 || !s.takeFast(&t.Buckets[0], &t.States[0], now, t.Cost) {
+		s.takeLocked(t, nil, now)
 	}
 	t.At = time.Unix(0, now)
 	return now
 }
 
-// lookup returns the entry for key, or nil. It takes no lock; the caller
-// holds the shard's lock or accepts that the entry may be dropped.
-func (tab *table) lookup(h uint64, key []byte) *entry {
+// find returns the entry for key, or nil, without locking. The entry may be
+// dead (dropped since): its word says so.
+func (tab *table) find(h uint64, key string) *entry {
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		e := tab.slots[i].e.Load()
 		if e == nil {
 			return nil
 		}
-		if e != tombstone && tab.slots[i].hash.Load() == h && e.key == string(key) {
+		if e != tombstone && tab.slots[i].hash.Load() == h && e.key == key {
 			return e
 		}
 	}
 }
 
-// lockEntry returns the entry for key locked, or nil if there is none. It
-// locks a candidate before reading it, so that a hot entry's cache line moves
-// between cores once per decision, not twice. again reports that the entry
-// was dropped meanwhile: look again from the shard's current table.
-func (tab *table) lockEntry(h uint64, key []byte) (e *entry, again bool) {
-	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
-		e := tab.slots[i].e.Load()
-		if e == nil {
-			return nil, false
-		}
-		if e == tombstone || tab.slots[i].hash.Load() != h {
-			continue
-		}
-		e.mu.Lock()
-		if e.dead {
-			e.mu.Unlock()
-			return nil, true
-		}
-		if e.key == string(key) {
-			return e, false
-		}
-		e.mu.Unlock() // another key with the same 64-bit hash: probe on
+// backoff waits a little for an entry another decision holds: it spins a
+// few times, then yields the processor.
+func backoff(spins *int) {
+	*spins++
+	if *spins > 4 {
+		runtime.Gosched()
 	}
 }
 
-func (s *MemoryStore) takeOne(t *Take, now int64) {
-	var arr [128]byte
-	b := &t.Buckets[0]
-	key := appendKey(arr[:0], b)
-	h := maphash.Bytes(s.seed, key)
-	sh := &s.shards[h&s.mask]
-	for {
-		e, again := sh.tab.Load().lockEntry(h, key)
-		if again {
-			continue // dropped since (expired or evicted): look again
-		}
-		if e == nil {
-			break
-		}
-		if b.Limit.isBucket() {
-			// The hot path: divide for Remaining once the lock is free.
-			st, left := e.decideBucket(b.Limit, now, t.Cost)
-			e.mu.Unlock()
-			st.Remaining = left / b.Limit.interval
-			t.States[0] = st
-			return
-		}
-		t.States[0] = e.decide(b.Limit, now, t.Cost)
-		e.mu.Unlock()
-		return
+// tableFor returns the table of r, a rule of a policy, remembering it in r.
+func (s *MemoryStore) tableFor(r *Rule) *ruleTable {
+	if r.mem == nil {
+		return s.table(r.Name, true)
 	}
-	// Not found: decide under the shard lock, which every insert of this
-	// shard holds, so no one else creates the bucket meanwhile.
-	sh.mu.Lock()
-	if e := sh.tab.Load().lookup(h, key); e != nil {
-		e.mu.Lock()
-		t.States[0] = e.decide(b.Limit, now, t.Cost)
-		e.mu.Unlock()
-		sh.mu.Unlock()
-		return
+	if st := r.mem.p.Load(); st != nil && st.s == s {
+		return st.rt
 	}
-	var fresh entry
-	t.States[0] = fresh.decide(b.Limit, now, t.Cost)
-	if fresh.alg != 0 {
-		// Committed: the bucket now differs from a new one.
-		sh.insert(s, h, string(key), &fresh, now)
-	}
-	sh.mu.Unlock()
+	rt := s.table(r.Name, true)
+	r.mem.p.Store(&storeTable{s: s, rt: rt})
+	return rt
 }
 
-// decide decides one request against e alone and commits it if allowed.
-// The caller holds e.mu, or owns e. A fresh entry (alg 0) stays fresh unless
-// the request changed it; a denied request writes nothing.
-func (e *entry) decide(l *Limit, now, cost int64) BucketState {
-	if e.alg != l.alg && e.alg != 0 {
-		// The rule changed algorithm under the same name: start afresh.
-		e.st, e.alg, e.expires = State{Log: e.st.Log[:0]}, 0, 0
+// takeRule is take for a valid one-bucket take of rule r, whose table it
+// finds without a lookup by name.
+func (s *MemoryStore) takeRule(r *Rule, b *Bucket, out *BucketState, now time.Time, cost int64) int64 {
+	var ns int64
+	if now.IsZero() {
+		ns = s.now()
+	} else {
+		ns = now.UnixNano()
 	}
-	if l.isBucket() {
-		st, left := e.decideBucket(l, now, cost)
+	if !s.takeFastIn(s.tableFor(r), b, out, ns, cost) {
+		t := Take{Cost: cost, Buckets: []Bucket{*b}, States: []BucketState{{}}}
+		s.takeLocked(&t, []*Rule{r}, ns)
+		*out = t.States[0]
+	}
+	return ns
+}
+
+// takeRules is take for a valid take of the buckets of rules, policy rules,
+// into states, whose tables it finds without a lookup by name.
+func (s *MemoryStore) takeRules(rules []*Rule, buckets []Bucket, states []BucketState, now time.Time, cost int64) int64 {
+	var ns int64
+	if now.IsZero() {
+		ns = s.now()
+	} else {
+		ns = now.UnixNano()
+	}
+	t := Take{Cost: cost, Buckets: buckets, States: states}
+	s.takeLocked(&t, rules, ns)
+	return ns
+}
+
+// takeFast decides a one-bucket take of a token bucket or shaping limit on
+// an existing entry written under the same limit, by compare-and-swap on its
+// TAT. It reports false, having changed nothing, for every other case.
+func (s *MemoryStore) takeFast(b *Bucket, out *BucketState, now, cost int64) bool {
+	l := b.Limit
+	if !l.isBucket() {
+		return false
+	}
+	return s.takeFastIn(s.table(b.Rule, false), b, out, now, cost)
+}
+
+// takeFastIn is takeFast in rt, b's rule's table (nil: none).
+func (s *MemoryStore) takeFastIn(rt *ruleTable, b *Bucket, out *BucketState, now, cost int64) bool {
+	l := b.Limit
+	if rt == nil || !l.isBucket() {
+		return false
+	}
+	h := maphash.String(s.seed, b.Key)
+	sh := rt.shard(h)
+	for spins := 0; ; {
+		e := sh.tab.Load().find(h, b.Key)
+		if e == nil || e.shape != shapeOf(l) {
+			return false
+		}
+		w := e.word.Load()
+		if w < 0 {
+			if w == wordLocked {
+				backoff(&spins)
+			}
+			continue // locked: wait; dead: look again
+		}
+		st, left, tat := l.gcraSpan(w, l.tau, now, cost)
+		if st.Allowed && cost > 0 && tat != w && !e.word.CompareAndSwap(w, tat) {
+			continue // another decision came first: decide again
+		}
 		st.Remaining = left / l.interval
-		return st
+		*out = st
+		return true
 	}
-	st, next := l.Decide(&e.st, now, cost)
-	if st.Allowed && cost > 0 {
-		l.Commit(&e.st, next, cost)
-		e.alg, e.expires = l.alg, l.ExpiresAt(&e.st)
-	}
-	return st
 }
 
-// decideBucket is decide for a token bucket or shaping limit, whose state is
-// a TAT and the fill time it was written under, without the division for
-// Remaining: it returns the span Remaining counts intervals of (see
-// Limit.gcraSpan). The caller holds e.mu.
-func (e *entry) decideBucket(l *Limit, now, cost int64) (BucketState, int64) {
-	if e.alg != l.alg && e.alg != 0 {
-		e.st, e.alg, e.expires = State{Log: e.st.Log[:0]}, 0, 0
+// lock locks e and returns the word it held, or reports false if e is dead.
+func (e *entry) lock() (int64, bool) {
+	for spins := 0; ; {
+		w := e.word.Load()
+		switch {
+		case w == wordDead:
+			return 0, false
+		case w == wordLocked:
+			backoff(&spins)
+		case e.word.CompareAndSwap(w, wordLocked):
+			return w, true
+		}
 	}
-	st, left, tat := l.gcraSpan(e.st.A, e.st.Span, now, cost)
-	if st.Allowed && cost > 0 {
-		// Full again at the TAT, under this limit and (rounded up to the
-		// microsecond) under any other that may read it later: see
-		// Limit.ExpiresAt.
-		e.alg, e.st.A, e.st.Span, e.expires = l.alg, tat, l.tau, ceilMicro(tat)
-	}
-	return st, left
 }
 
-// takeMany locks every shard involved, in index order so that two takes
-// cannot deadlock, then the existing buckets; decides every bucket; and
-// commits only if all allow. Single-bucket takes lock one bucket and never
-// wait for another lock while holding it, so they cannot deadlock with this.
-func (s *MemoryStore) takeMany(t *Take, now int64) {
+// tryLock locks e if no one holds it and it is alive.
+func (e *entry) tryLock() (int64, bool) {
+	w := e.word.Load()
+	if w < 0 || !e.word.CompareAndSwap(w, wordLocked) {
+		return 0, false
+	}
+	return w, true
+}
+
+// expiresAt returns when e, locked with word w, is equivalent to a new
+// bucket.
+func (e *entry) expiresAt(w int64) int64 {
+	if x := e.ext(); x != nil {
+		return x.expires
+	}
+	return ceilMicro(w)
+}
+
+// state returns the state e, locked with word w, holds for l: none if l is of
+// another algorithm, which starts afresh.
+func (e *entry) state(w int64, l *Limit) State {
+	if e.alg() != l.alg {
+		return State{}
+	}
+	if x := e.ext(); x != nil {
+		return x.st
+	}
+	return State{A: w, Span: e.span()}
+}
+
+// newEntry returns an entry for key holding st under l, unlocked.
+func newEntry(key string, l *Limit, st *State) *entry {
+	if l.isBucket() {
+		e := &entry{key: key, shape: shapeOf(l)}
+		e.word.Store(st.A)
+		return e
+	}
+	x := &extEntry{entry: entry{key: key, shape: shapeOf(l)}, ext: extState{st: *st, expires: l.ExpiresAt(st)}}
+	return &x.entry
+}
+
+// takeLocked decides t by locking its buckets, creating the missing ones
+// fresh (as good as absent), in the order of their entries' addresses, so
+// that two takes cannot deadlock; it decides every bucket and commits only
+// if all allow. A fresh bucket it created and did not commit is dropped
+// again. rules, when not nil, are the policy rules of t's buckets, whose
+// tables need no lookup by name.
+func (s *MemoryStore) takeLocked(t *Take, rules []*Rule, now int64) {
 	n := len(t.Buckets)
 	var (
-		keyArr   [512]byte // the keys, back to back
-		endArr   [8]int    // where each key ends in keyArr
-		hashArr  [8]uint64
-		entArr   [8]*entry
-		nextArr  [8]State
-		orderArr [8]uint32
+		entArr   [maxInlineTiers]*entry
+		tabArr   [maxInlineTiers]*ruleTable
+		wordArr  [maxInlineTiers]int64
+		orderArr [maxInlineTiers]int
+		nextArr  [maxInlineTiers]State
 	)
-	kb, ends, hashes, ents, nexts, order := keyArr[:0], endArr[:0], hashArr[:0], entArr[:0], nextArr[:0], orderArr[:0]
-	if n > len(endArr) {
-		ends, hashes, ents, nexts, order = make([]int, 0, n), make([]uint64, 0, n), make([]*entry, 0, n), make([]State, 0, n), make([]uint32, 0, n)
+	var (
+		ents  []*entry
+		tabs  []*ruleTable
+		words []int64
+		order []int
+		nexts []State
+	)
+	if n <= len(entArr) {
+		ents, tabs, words, order, nexts = entArr[:n:n], tabArr[:n:n], wordArr[:n:n], orderArr[:n:n], nextArr[:n:n]
+	} else {
+		ents, tabs, words, order, nexts = make([]*entry, n), make([]*ruleTable, n), make([]int64, n), make([]int, n), make([]State, n)
 	}
 	for i := range t.Buckets {
-		kb = appendKey(kb, &t.Buckets[i])
-		ends = append(ends, len(kb))
-	}
-	key := func(i int) []byte {
-		start := 0
-		if i > 0 {
-			start = ends[i-1]
+		if rules != nil {
+			tabs[i] = s.tableFor(rules[i])
+		} else {
+			tabs[i] = s.table(t.Buckets[i].Rule, true)
 		}
-		return kb[start:ends[i]]
 	}
+retry:
 	for i := range t.Buckets {
-		h := maphash.Bytes(s.seed, key(i))
-		hashes = append(hashes, h)
-		order = append(order, uint32(h&s.mask))
+		ents[i] = s.findOrAdd(tabs[i], &t.Buckets[i], now)
+		order[i] = i
 	}
-	sortUint32(order)
-	order = dedupUint32(order)
-	for _, o := range order {
-		s.shards[o].mu.Lock()
-	}
-	// With the shard locks held, no entry of these shards is inserted or
-	// dropped, so the lookups stay valid and none is dead.
-	for i := range t.Buckets {
-		e := s.shards[hashes[i]&s.mask].tab.Load().lookup(hashes[i], key(i))
-		if e != nil {
-			e.mu.Lock()
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && uintptr(unsafe.Pointer(ents[order[j]])) < uintptr(unsafe.Pointer(ents[order[j-1]])); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
 		}
-		ents = append(ents, e)
+	}
+	for k, i := range order {
+		w, ok := ents[i].lock()
+		if !ok {
+			// Dropped meanwhile (reclaimed, evicted, reset): start again.
+			for _, j := range order[:k] {
+				ents[j].unlock(words[j])
+			}
+			goto retry
+		}
+		words[i] = w
 	}
 	allowed := true
-	nexts = nexts[:n]
 	for i := range t.Buckets {
 		l := t.Buckets[i].Limit
-		var cur State
-		if e := ents[i]; e != nil && e.alg == l.alg {
-			cur = e.st
-		}
+		cur := ents[i].state(words[i], l)
 		t.States[i], nexts[i] = l.Decide(&cur, now, t.Cost)
 		allowed = allowed && t.States[i].Allowed
 	}
-	if allowed && t.Cost > 0 {
-		// Existing buckets first: once committed they are unexpired, and
-		// locked, so the sweep in insert passes them by.
-		for i, e := range ents {
-			if e != nil {
-				l := t.Buckets[i].Limit
-				if e.alg != l.alg {
-					e.st = State{Log: e.st.Log[:0]}
-				}
-				l.Commit(&e.st, nexts[i], t.Cost)
-				e.alg, e.expires = l.alg, l.ExpiresAt(&e.st)
-			}
-		}
-		for i, e := range ents {
-			if e == nil {
-				l := t.Buckets[i].Limit
-				var fresh entry
-				l.Commit(&fresh.st, nexts[i], t.Cost)
-				fresh.alg, fresh.expires = l.alg, l.ExpiresAt(&fresh.st)
-				s.shards[hashes[i]&s.mask].insert(s, hashes[i], string(key(i)), &fresh, now)
-			}
-		}
-	} else if !allowed {
+	if !allowed {
 		// Nothing is consumed: report each bucket's balance as it stands.
 		for i := range t.Buckets {
-			if t.States[i].Allowed {
+			if t.States[i].Allowed && t.Cost > 0 {
 				l := t.Buckets[i].Limit
-				var cur State
-				if e := ents[i]; e != nil && e.alg == l.alg {
-					cur = e.st
-				}
+				cur := ents[i].state(words[i], l)
 				t.States[i], _ = l.Decide(&cur, now, 0)
 			}
 		}
 	}
-	for _, e := range ents {
-		if e != nil {
-			e.mu.Unlock()
+	for i, e := range ents {
+		l := t.Buckets[i].Limit
+		switch {
+		case allowed && t.Cost > 0 && e.alg() == l.alg && (e.ext() != nil || e.span() == l.tau):
+			if x := e.ext(); x != nil {
+				l.Commit(&x.st, nexts[i], t.Cost)
+				x.expires = l.ExpiresAt(&x.st)
+				e.unlock(0)
+			} else {
+				e.unlock(nexts[i].A)
+			}
+		case allowed && t.Cost > 0:
+			// Written under another algorithm or fill time: a new entry
+			// takes its place.
+			var st State
+			if x := e.ext(); x != nil && e.alg() == l.alg {
+				st = x.st
+			}
+			l.Commit(&st, nexts[i], t.Cost)
+			s.replace(tabs[i], e, newEntry(e.key, l, &st))
+		case e.expiresAt(words[i]) == 0 && e.isNew(words[i]):
+			// Created for this take, or never committed: as good as absent.
+			s.replace(tabs[i], e, nil)
+		default:
+			e.unlock(words[i])
 		}
-	}
-	for k := len(order) - 1; k >= 0; k-- {
-		s.shards[order[k]].mu.Unlock()
 	}
 }
 
-// insert adds a copy of fresh under key, making room first if the shard is
-// full. The caller holds sh.mu.
-func (sh *shard) insert(s *MemoryStore, h uint64, key string, fresh *entry, now int64) {
+// isNew reports whether e, locked with word w, holds the state of a new
+// bucket.
+func (e *entry) isNew(w int64) bool {
+	x := e.ext()
+	if x == nil {
+		return w == 0
+	}
+	st := &x.st
+	return st.A == 0 && st.B == 0 && st.C == 0 && len(st.Log) == 0
+}
+
+// unlock releases e, locked, with word w.
+func (e *entry) unlock(w int64) { e.word.Store(w) }
+
+// findOrAdd returns the entry of b, adding a new one, unlocked and as good as
+// absent, if there is none.
+func (s *MemoryStore) findOrAdd(rt *ruleTable, b *Bucket, now int64) *entry {
+	h := maphash.String(s.seed, b.Key)
+	sh := rt.shard(h)
+	if e := sh.tab.Load().find(h, b.Key); e != nil && e.word.Load() != wordDead {
+		return e
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.tab.Load().find(h, b.Key); e != nil {
+		// Under the shard lock no entry of the shard is dropped, and a
+		// dead one is no longer in the table.
+		return e
+	}
+	e := newEntry(strings.Clone(b.Key), b.Limit, &State{})
+	sh.insert(s, h, e, now)
+	return e
+}
+
+// replace puts next (nil: nothing) in old's place in rt, and marks old
+// dead. The caller holds old locked.
+func (s *MemoryStore) replace(rt *ruleTable, old, next *entry) {
+	h := maphash.String(s.seed, old.key)
+	sh := rt.shard(h)
+	sh.mu.Lock()
+	tab := sh.tab.Load()
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		e := tab.slots[i].e.Load()
+		if e == old {
+			if next != nil {
+				tab.slots[i].e.Store(next)
+			} else {
+				tab.slots[i].e.Store(tombstone)
+				s.live.Add(-1)
+			}
+			break
+		}
+		if e == nil {
+			break // not in the table: nothing to replace
+		}
+	}
+	old.word.Store(wordDead)
+	sh.mu.Unlock()
+}
+
+// insert adds e under hash h, making room first if the store is full. The
+// caller holds sh.mu.
+func (sh *shard) insert(s *MemoryStore, h uint64, e *entry, now int64) {
 	sh.sweep(s, now, 2)
-	if sh.live >= s.perCap {
+	if s.live.Load() >= s.maxKeys {
 		// Full: look a little further for expired entries, then evict.
 		// Both are bounded, so an insert never scans the whole table.
 		sh.sweep(s, now, 32)
-		if sh.live >= s.perCap {
-			sh.evict(s)
+		if s.live.Load() >= s.maxKeys && !sh.evict(s) {
+			s.evictElsewhere(sh)
 		}
 	}
 	tab := sh.tab.Load()
-	if 2*(sh.used+1) > len(tab.slots) {
+	if 4*(sh.used+1) > 3*len(tab.slots) {
 		tab = sh.resize()
 	}
-	e := &entry{hash: h, key: key, alg: fresh.alg, expires: fresh.expires, st: fresh.st}
 	i := h & tab.mask
 	for {
 		if cur := tab.slots[i].e.Load(); cur == nil || cur == tombstone {
@@ -516,15 +684,22 @@ func (sh *shard) insert(s *MemoryStore, h uint64, key string, fresh *entry, now 
 	}
 	tab.slots[i].hash.Store(h)
 	tab.slots[i].e.Store(e)
-	sh.live++
+	s.live.Add(1)
 }
 
-// resize publishes a new table sized for twice the live entries, without
-// tombstones. Readers still on the old table find the same entries there.
+// resize publishes a new table with room for twice the live entries,
+// without tombstones. Readers still on the old table find the same entries
+// there.
 func (sh *shard) resize() *table {
 	old := sh.tab.Load()
+	live := 0
+	for i := range old.slots {
+		if e := old.slots[i].e.Load(); e != nil && e != tombstone {
+			live++
+		}
+	}
 	size := 8
-	for size < 4*(sh.live+1) {
+	for size < 2*(live+1) {
 		size *= 2
 	}
 	tab := newTable(size)
@@ -533,14 +708,15 @@ func (sh *shard) resize() *table {
 		if e == nil || e == tombstone {
 			continue
 		}
-		j := e.hash & tab.mask
+		h := old.slots[i].hash.Load()
+		j := h & tab.mask
 		for tab.slots[j].e.Load() != nil {
 			j = (j + 1) & tab.mask
 		}
-		tab.slots[j].hash.Store(e.hash)
+		tab.slots[j].hash.Store(h)
 		tab.slots[j].e.Store(e)
 	}
-	sh.used = sh.live
+	sh.used = live
 	sh.cursor = 0
 	sh.tab.Store(tab)
 	return tab
@@ -551,7 +727,8 @@ func newTable(size int) *table {
 }
 
 // sweep looks at up to n slots from the cursor and drops the expired
-// entries. A bucket locked by someone else is in use: it is passed by.
+// entries. A bucket locked by someone else is in use: it is passed by. The
+// caller holds sh.mu.
 func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
 	tab := sh.tab.Load()
 	for ; n > 0; n-- {
@@ -561,57 +738,96 @@ func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
 		i := sh.cursor
 		sh.cursor++
 		e := tab.slots[i].e.Load()
-		if e == nil || e == tombstone || !e.mu.TryLock() {
+		if e == nil || e == tombstone {
+			continue
+		}
+		w, ok := e.tryLock()
+		if !ok {
 			continue
 		}
 		// now - delay, not expires + delay: a sliding window expires up to
 		// two MaxSpan after MaxTime, at the very end of int64.
-		if e.expires <= now-s.delay {
-			sh.drop(tab, i, e)
+		if e.expiresAt(w) <= now-s.delay {
+			sh.drop(s, tab, i, e)
 			s.reclaimed.Add(1)
+		} else {
+			e.unlock(w)
 		}
-		e.mu.Unlock()
+	}
+}
+
+// evictElsewhere evicts a bucket from another shard than own, of any rule,
+// for an insert into own, which has none to evict. It passes by the shards
+// whose lock is held: the caller holds own's, and waiting for a second one
+// could deadlock with another insert.
+func (s *MemoryStore) evictElsewhere(own *shard) {
+	for _, rt := range s.tables() {
+		for i := range rt.shards {
+			sh := &rt.shards[i]
+			if sh == own || !sh.mu.TryLock() {
+				continue
+			}
+			done := sh.evict(s)
+			sh.mu.Unlock()
+			if done {
+				return
+			}
+		}
 	}
 }
 
 // evict drops, among up to eight entries from the cursor, the one that
 // expires first: it forgives the least. Entries locked elsewhere (in use,
-// possibly by the caller's own take) are passed by.
-func (sh *shard) evict(s *MemoryStore) {
+// possibly by the caller's own take) are passed by. It reports whether it
+// dropped one.
+func (sh *shard) evict(s *MemoryStore) bool {
 	tab := sh.tab.Load()
-	best, bestAt := -1, int64(0)
+	best, bestAt, bestW := -1, int64(0), int64(0)
 	for seen, k := 0, 0; seen < 8 && k < len(tab.slots); k++ {
 		i := (sh.cursor + k) & int(tab.mask)
 		e := tab.slots[i].e.Load()
-		if e == nil || e == tombstone || !e.mu.TryLock() {
+		if e == nil || e == tombstone {
+			continue
+		}
+		w, ok := e.tryLock()
+		if !ok {
 			continue
 		}
 		seen++
-		if best < 0 || e.expires < bestAt {
+		if at := e.expiresAt(w); best < 0 || at < bestAt {
 			if best >= 0 {
-				tab.slots[best].e.Load().mu.Unlock()
+				tab.slots[best].e.Load().unlock(bestW)
 			}
-			best, bestAt = i, e.expires
+			best, bestAt, bestW = i, at, w
 		} else {
-			e.mu.Unlock()
+			e.unlock(w)
 		}
 	}
 	if best < 0 {
-		return
+		return false
 	}
-	e := tab.slots[best].e.Load()
-	sh.drop(tab, best, e)
-	e.mu.Unlock()
+	sh.drop(s, tab, best, tab.slots[best].e.Load())
 	sh.cursor = best + 1
 	s.evictions.Add(1)
+	return true
 }
 
-// drop removes e, at slot i, from the table. The caller holds sh.mu and
-// e.mu; goroutines that found e before are told by e.dead to look again.
-func (sh *shard) drop(tab *table, i int, e *entry) {
-	e.dead = true
+// drop removes e, locked, at slot i, from the table, and marks it dead. The
+// caller holds sh.mu; goroutines that found e before look again.
+func (sh *shard) drop(s *MemoryStore, tab *table, i int, e *entry) {
 	tab.slots[i].e.Store(tombstone)
-	sh.live--
+	e.word.Store(wordDead)
+	s.live.Add(-1)
+}
+
+// tables returns every rule's table.
+func (s *MemoryStore) tables() []*ruleTable {
+	m := *s.rules.Load()
+	out := make([]*ruleTable, 0, len(m))
+	for _, rt := range m {
+		out = append(out, rt)
+	}
+	return out
 }
 
 // Reclaim drops every expired bucket now. It locks one shard at a time, so
@@ -622,15 +838,28 @@ func (s *MemoryStore) Reclaim() {
 	if !s.constructed() {
 		return
 	}
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.sweep(s, s.now(), len(sh.tab.Load().slots))
-		if n := len(sh.tab.Load().slots); n > 8 && 8*sh.live < n {
-			sh.resize()
+	for _, rt := range s.tables() {
+		for i := range rt.shards {
+			sh := &rt.shards[i]
+			sh.mu.Lock()
+			sh.sweep(s, s.now(), len(sh.tab.Load().slots))
+			if n := len(sh.tab.Load().slots); n > 8 && 8*sh.live() < n {
+				sh.resize()
+			}
+			sh.mu.Unlock()
 		}
-		sh.mu.Unlock()
 	}
+}
+
+// live counts the entries of sh's table. The caller holds sh.mu.
+func (sh *shard) live() int {
+	tab, n := sh.tab.Load(), 0
+	for i := range tab.slots {
+		if e := tab.slots[i].e.Load(); e != nil && e != tombstone {
+			n++
+		}
+	}
+	return n
 }
 
 // Reset implements Resetter: it drops bucket (rule, id), which is then
@@ -644,22 +873,40 @@ func (s *MemoryStore) Reset(_ context.Context, rule, id string) error {
 	if err := CheckKey(id); err != nil {
 		return err
 	}
-	key := appendKey(nil, &Bucket{Rule: rule, Key: id})
-	h := maphash.Bytes(s.seed, key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	tab := sh.tab.Load()
+	rt := s.table(rule, false)
+	if rt == nil {
+		return nil // absent: full already
+	}
+	h := maphash.String(s.seed, id)
+	sh := rt.shard(h)
+	for spins := 0; ; backoff(&spins) {
+		// A decision holding the bucket may need the shard lock to finish:
+		// never wait for the bucket while holding it.
+		sh.mu.Lock()
+		tab := sh.tab.Load()
+		i, e := tab.slot(h, id)
+		if e == nil {
+			sh.mu.Unlock()
+			return nil // absent: full already
+		}
+		if _, ok := e.tryLock(); ok {
+			sh.drop(s, tab, i, e)
+			sh.mu.Unlock()
+			return nil
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// slot returns the entry for key and its slot, or a nil entry.
+func (tab *table) slot(h uint64, key string) (int, *entry) {
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
 		e := tab.slots[i].e.Load()
 		if e == nil {
-			return nil // absent: full already
+			return 0, nil
 		}
-		if e != tombstone && tab.slots[i].hash.Load() == h && e.key == string(key) {
-			e.mu.Lock()
-			sh.drop(tab, int(i), e)
-			e.mu.Unlock()
-			return nil
+		if e != tombstone && tab.slots[i].hash.Load() == h && e.key == key {
+			return int(i), e
 		}
 	}
 }
@@ -672,40 +919,12 @@ type MemoryStats struct {
 	Evictions int64 // unexpired buckets dropped at the bound since creation
 }
 
-// Stats returns the store's counters. It locks one shard at a time, so the
-// counts are not one snapshot while decisions run. It is safe for concurrent
-// use, and returns zero counts for a store not made by NewMemoryStore.
+// Stats returns the store's counters, read without locking: while
+// decisions run they are not one snapshot. It is safe for concurrent use,
+// and returns zero counts for a store not made by NewMemoryStore.
 func (s *MemoryStore) Stats() MemoryStats {
 	if !s.constructed() {
 		return MemoryStats{}
 	}
-	st := MemoryStats{Reclaimed: s.reclaimed.Load(), Evictions: s.evictions.Load()}
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		st.Keys += sh.live
-		sh.mu.Unlock()
-	}
-	return st
-}
-
-func sortUint32(a []uint32) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
-}
-
-func dedupUint32(a []uint32) []uint32 {
-	if len(a) == 0 {
-		return a
-	}
-	out := a[:1]
-	for _, v := range a[1:] {
-		if v != out[len(out)-1] {
-			out = append(out, v)
-		}
-	}
-	return out
+	return MemoryStats{Keys: int(s.live.Load()), Reclaimed: s.reclaimed.Load(), Evictions: s.evictions.Load()}
 }

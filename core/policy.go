@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // Scope says which identity of a request a rule counts against. The zero
@@ -89,6 +90,19 @@ type Rule struct {
 	// Shadow rules are decided and reported like the others but never deny:
 	// see the Limiter's shadow mode (WithShadow) for what they take.
 	Shadow bool
+
+	mem *ruleTableRef // set by NewPolicy: the rule's table in a MemoryStore
+}
+
+// ruleTableRef remembers the table a MemoryStore keeps for a rule, so that
+// a decision on a policy's rule does not look it up by name.
+type ruleTableRef struct {
+	p atomic.Pointer[storeTable]
+}
+
+type storeTable struct {
+	s  *MemoryStore
+	rt *ruleTable
 }
 
 // RuleError reports what is wrong with one rule. It wraps one of the
@@ -135,6 +149,7 @@ func validName(s string) bool {
 type Policy struct {
 	rules  []Rule            // validated copies, derived limit fields filled in
 	routes [][]RouteSelector // rules[i]'s parsed Routes
+	scopes []scopeKind       // rules[i]'s scope, decoded once
 	plans  Plans
 	known  []string // the plans the rules name, sorted
 
@@ -185,7 +200,7 @@ func NewPolicy(rules ...Rule) (*Policy, error) {
 // fails with an error wrapping ErrInvalidPlan when rules name plans and
 // plans sets neither, or when plans.Default is not a plan the rules name.
 func NewPlanPolicy(plans Plans, rules ...Rule) (*Policy, error) {
-	p := &Policy{rules: make([]Rule, len(rules)), routes: make([][]RouteSelector, len(rules)), plans: plans}
+	p := &Policy{rules: make([]Rule, len(rules)), routes: make([][]RouteSelector, len(rules)), scopes: make([]scopeKind, len(rules)), plans: plans}
 	seen := make(map[string][]string) // name -> plans
 	for i, r := range rules {
 		label := r.Name
@@ -228,7 +243,9 @@ func NewPlanPolicy(plans Plans, rules ...Rule) (*Policy, error) {
 		}
 		r.Routes = slices.Clone(r.Routes)
 		seen[r.Name] = append(seen[r.Name], r.Plan)
+		r.mem = new(ruleTableRef)
 		p.rules[i] = r
+		p.scopes[i] = kindOf(r.Scope)
 		if r.Plan != "" && !slices.Contains(p.known, r.Plan) {
 			p.known = append(p.known, r.Plan)
 		}
@@ -406,16 +423,44 @@ type Request struct {
 	View any
 }
 
-// identity returns the request's identity for scope, or "" when absent.
-func (r *Request) identity(s Scope) string {
+// scopeKind is a Scope decoded: one of the built-in scopes, or a dimension.
+type scopeKind uint8
+
+const (
+	kindDim scopeKind = iota
+	kindUser
+	kindIP
+	kindEndpoint
+	kindGlobal
+)
+
+func kindOf(s Scope) scopeKind {
 	switch s {
 	case ScopeUser:
-		return r.User
+		return kindUser
 	case ScopeIP:
-		return r.IP
+		return kindIP
 	case ScopeEndpoint:
-		return r.Endpoint
+		return kindEndpoint
 	case ScopeGlobal:
+		return kindGlobal
+	}
+	return kindDim
+}
+
+// identity returns the request's identity for scope, or "" when absent.
+func (r *Request) identity(s Scope) string { return r.identityOf(kindOf(s), s) }
+
+// identityOf is identity for s, of kind k.
+func (r *Request) identityOf(k scopeKind, s Scope) string {
+	switch k {
+	case kindUser:
+		return r.User
+	case kindIP:
+		return r.IP
+	case kindEndpoint:
+		return r.Endpoint
+	case kindGlobal:
 		return globalKey
 	}
 	name := string(s[len(dimPrefix):])
@@ -449,7 +494,7 @@ func (p *Policy) applies(i int, req *Request, plan string) (identity string, ok 
 			return "", false
 		}
 	}
-	id := req.identity(r.Scope)
+	id := req.identityOf(p.scopes[i], r.Scope)
 	if id == "" {
 		return "", false
 	}

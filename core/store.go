@@ -67,6 +67,19 @@ func CheckKey(key string) error {
 	return nil
 }
 
+// validKey reports whether CheckKey accepts key, without making its error.
+func validKey(key string) bool {
+	if key == "" || len(key) > MaxKeyLen {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // checkCost returns an error wrapping ErrInvalidCost if cost is negative or
 // above MaxCost.
 func checkCost(cost int64) error {

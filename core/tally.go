@@ -211,16 +211,25 @@ var zeroDecision Decision
 //	t := core.NewTally()
 //	limiter, err := core.NewLimiter(policy, core.WithObserver(func(_ context.Context, e *core.Event) { t.Record(e) }))
 func (t *Tally) Record(e *Event) {
-	if t == nil || len(t.stripes) == 0 || e == nil {
+	if e != nil {
+		t.record(e.Decision, e.Err)
+	}
+}
+
+// record is Record of a decision d (nil: the zero Decision) returned with
+// err. It takes them apart, not in an Event, so that the limiter's call
+// keeps its decision on the stack: what record keeps of d is a rule it
+// points to, and the compiler tracks that only one level down.
+func (t *Tally) record(d *Decision, err error) {
+	if t == nil || len(t.stripes) == 0 {
 		return
 	}
-	d := e.Decision
 	if d == nil {
 		d = &zeroDecision // the limiter always gives one: count as its zero value
 	}
 	i := t.stripeOf()
 	s := &t.stripes[i]
-	failure := e.Err
+	failure := err
 	if failure == nil {
 		failure = d.Err
 	}
@@ -234,7 +243,7 @@ func (t *Tally) Record(e *Event) {
 	}
 	var out Outcome
 	switch {
-	case e.Err != nil:
+	case err != nil:
 		out = OutcomeError
 	case d.Degraded:
 		out = OutcomeDegraded
@@ -270,10 +279,9 @@ func (t *Tally) Record(e *Event) {
 // longest RetryAfter for a shadow denial (as an enforced denial is decided),
 // otherwise the deciding tier, d.Rule. It returns nil if there is none.
 func denying(d *Decision, shadow bool) *Rule {
-	tiers := d.Tiers()
-	var best *TierState
-	for j := range tiers {
-		ts := &tiers[j]
+	var best TierState
+	for j := range d.NumTiers() {
+		ts := d.TierAt(j)
 		if ts.Rule == nil || ts.Allowed {
 			continue
 		}
@@ -283,12 +291,9 @@ func denying(d *Decision, shadow bool) *Rule {
 			}
 			continue
 		}
-		if ts.Shadow && (best == nil || ts.RetryAfter > best.RetryAfter) {
+		if ts.Shadow && (best.Rule == nil || ts.RetryAfter > best.RetryAfter) {
 			best = ts
 		}
-	}
-	if best == nil {
-		return nil
 	}
 	return best.Rule
 }

@@ -3,12 +3,15 @@ package core
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // tallyWant is a TallySnapshot as a test states it: the totals, the
@@ -277,7 +280,7 @@ func TestTallyRuleCacheBound(t *testing.T) {
 	for range n {
 		r := &Rule{Name: "per-user", Scope: ScopeUser}
 		d := &Decision{Rule: "per-user", Scope: ScopeUser, n: 1}
-		d.tiers[0] = TierState{Rule: r}
+		d.tiers[0] = tierRec{rule: r}
 		tl.Record(&Event{Decision: d})
 		if size := len(*tl.rules.Load()); size > maxRulePointers {
 			t.Fatalf("rule cache holds %d pointers, want at most %d", size, maxRulePointers)
@@ -369,7 +372,7 @@ func TestTallyConcurrent(t *testing.T) {
 			// counters are made while others count.
 			own := &Rule{Name: "g" + strconv.Itoa(g), Scope: ScopeGlobal}
 			d := &Decision{Rule: own.Name, Scope: own.Scope, n: 1}
-			d.tiers[0] = TierState{Rule: own}
+			d.tiers[0] = tierRec{rule: own}
 			mine := &Event{Decision: d}
 			for range each {
 				for _, e := range evs {
@@ -461,5 +464,124 @@ func BenchmarkTallyRecord(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestWithTally: a tally given with WithTally counts what the same tally
+// counts from an Observer, the latency function gets every timed decision
+// with its context, and observers still run.
+func TestWithTally(t *testing.T) {
+	type ctxKey struct{}
+	ctx := context.WithValue(context.Background(), ctxKey{}, "mine")
+	rules := []Rule{
+		{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 2)},
+		{Name: "g", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 100), Shadow: true},
+	}
+	direct, observed := NewTally(), NewTally()
+	var timed, seen int
+	l := newTestLimiter(t, []Option{
+		WithTally(direct, func(c context.Context, d time.Duration) {
+			if c.Value(ctxKey{}) != "mine" || d <= 0 {
+				t.Errorf("latency(%v, %v): want the decision's context and a positive time", c, d)
+			}
+			timed++
+		}),
+		WithObserver(func(_ context.Context, e *Event) { observed.Record(e); seen++ }),
+		WithLatencySampling(1),
+	}, rules...)
+	for _, req := range []Request{{User: "a"}, {User: "a"}, {User: "a"}, {User: "b"}, {}} {
+		l.Allow(ctx, req)
+	}
+	if _, err := l.AllowN(ctx, Request{User: "a"}, -1); err == nil {
+		t.Fatal("AllowN(-1): no error")
+	}
+	got, want := direct.Snapshot(), observed.Snapshot()
+	if got.Requests != 6 || got.Allowed != want.Allowed || got.Rejected != want.Rejected || !slices.Equal(got.Decisions, want.Decisions) {
+		t.Errorf("WithTally counted %+v, the observer %+v", got, want)
+	}
+	if timed != 6 || seen != 6 {
+		t.Errorf("latency called %d times, observer %d, want 6 each", timed, seen)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"nil", []Option{WithTally(nil, nil)}},
+		{"twice", []Option{WithTally(NewTally(), nil), WithTally(NewTally(), nil)}},
+	} {
+		p, _ := NewPolicy(rules...)
+		if _, err := NewLimiter(p, tc.opts...); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "WithTally") {
+			t.Errorf("%s: NewLimiter error %v, want ErrInvalidOption naming WithTally", tc.name, err)
+		}
+	}
+}
+
+// TestWithTallyAllocs: counting with WithTally adds no allocation to a
+// decision, timed or not; the decision stays on the caller's stack.
+func TestWithTallyAllocs(t *testing.T) {
+	tl := NewTally()
+	l := newTestLimiter(t, []Option{WithTally(tl, func(context.Context, time.Duration) {}), WithLatencySampling(2)},
+		Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)},
+		Rule{Name: "d", Scope: ScopeIP, Limit: TokenBucket(PerDay(1), 1)})
+	ctx := context.Background()
+	for _, req := range []Request{{User: "alice"}, {User: "alice", IP: "192.0.2.1"}} {
+		l.Allow(ctx, req)
+		if got := testing.AllocsPerRun(1000, func() { l.Allow(ctx, req) }); got != 0 {
+			t.Errorf("Allow(%+v) with WithTally makes %v allocations, want 0", req, got)
+		}
+	}
+}
+
+// TestWithDenials: the function gets each denying tier of a denial, shadow
+// tiers included, with the request's identities, and nothing for allowed
+// decisions; counting them adds no allocation.
+func TestWithDenials(t *testing.T) {
+	var got []Denial
+	l := newTestLimiter(t, []Option{WithDenials(func(_ context.Context, v Denial) { got = append(got, v) })},
+		Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)},
+		Rule{Name: "ip", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1), Shadow: true},
+		Rule{Name: "g", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 100)})
+	ctx := context.Background()
+	req := Request{User: "alice", IP: "192.0.2.1", Endpoint: "GET /x"}
+	l.Allow(ctx, req) // allowed: nothing
+	if len(got) != 0 {
+		t.Fatalf("an allowed decision reported %d denials", len(got))
+	}
+	d, _ := l.Allow(ctx, req)
+	if d.Allowed || len(got) != 2 {
+		t.Fatalf("second Allow: allowed %v, %d denials, want a denial by u and by the shadow tier ip", d.Allowed, len(got))
+	}
+	if v := got[0]; v.Rule.Name != "u" || v.Identity != "alice" || v.Shadow || v.User != "alice" || v.IP != "192.0.2.1" || v.Endpoint != "GET /x" || !v.At.Equal(d.At) || v.Remaining != 0 || v.Limit.Burst() != 1 {
+		t.Errorf("first denial %+v", v)
+	}
+	if v := got[1]; v.Rule.Name != "ip" || v.Identity != "192.0.2.1" || !v.Shadow {
+		t.Errorf("second denial %+v, want the shadow tier ip", v)
+	}
+	got = got[:0]
+	l.Allow(ctx, Request{User: "bob", IP: "192.0.2.1"}) // only the shadow tier denies: allowed
+	if len(got) != 1 || !got[0].Shadow {
+		t.Errorf("a shadow denial reported %+v, want the shadow tier", got)
+	}
+	for _, opts := range [][]Option{{WithDenials(nil)}, {WithDenials(func(context.Context, Denial) {}), WithDenials(func(context.Context, Denial) {})}} {
+		p, _ := NewPolicy(Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+		if _, err := NewLimiter(p, opts...); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "WithDenials") {
+			t.Errorf("NewLimiter error %v, want ErrInvalidOption naming WithDenials", err)
+		}
+	}
+}
+
+// TestWithDenialsAllocs: reporting denials allocates nothing.
+func TestWithDenialsAllocs(t *testing.T) {
+	var n int
+	l := newTestLimiter(t, []Option{WithDenials(func(_ context.Context, v Denial) { n += len(v.Identity) })},
+		Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerDay(1), 1)})
+	ctx := context.Background()
+	req := Request{User: "alice"}
+	l.Allow(ctx, req)
+	if got := testing.AllocsPerRun(1000, func() { l.Allow(ctx, req) }); got != 0 {
+		t.Errorf("Allow with WithDenials makes %v allocations on a denial, want 0", got)
+	}
+	if n == 0 {
+		t.Error("no denial reported")
 	}
 }

@@ -177,9 +177,11 @@
 // two words, comes from a pool. Per allowed request on the in-memory store
 // the middleware allocates that handler, the map of c.Set (Echo makes it
 // on the request's first Set, here for the mark; two allocations), the
-// key strings its key functions build (one for the client IP; the
-// endpoint key is built once per route and reused) and two for the header
-// fields: six with the default keys. Under e.Pre the router lookup
+// key strings its key functions build (none for the client IP when it is
+// the TCP peer's IPv4 address; key functions run only for the scopes the
+// policy's rules limit) and two for the header fields that change from
+// response to response (the constant ones are shared slices, made once per
+// rule set): five with the default keys. Under e.Pre the router lookup
 // allocates nothing (Echo itself allocates one more per request once it
 // has any pre-middleware). See BenchmarkMiddleware.
 package echolimit

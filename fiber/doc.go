@@ -117,10 +117,13 @@
 // # Cost
 //
 // With the default keys, an allowed request on the in-memory store costs
-// the middleware three allocations: the TCP peer's address, the client-IP
-// key built from it, and one string holding every header value
-// (core.HeaderFormat); fasthttp copies names and values into buffers it
-// reuses, and the endpoint key and route template cost nothing. Each header
+// the middleware one allocation: the TCP peer's address, of which the
+// client-IP key is a slice for an IPv4 peer. The header fields are
+// formatted on the stack (core.HeaderValues) and set with their names
+// already in the form fasthttp gives them (ResponseHeader.SetCanonical);
+// fasthttp copies names and values into buffers it reuses. Key functions
+// run only for the scopes the policy's rules limit, and the route template
+// costs nothing. Each header
 // a key function reads adds two (a copy of its lines and their slice), and
 // each native key one (its copy). See BenchmarkMiddleware, which runs
 // fiber's own middleware/limiter beside it.

@@ -586,3 +586,71 @@ func TestNewRejects(t *testing.T) {
 		Invalid: flowtest.NilOptions(fiberlimit.WithKeyFunc(core.ScopeUser, nil), fiberlimit.WithDenyHandler(nil), fiberlimit.WithErrorHandler(nil)),
 	})
 }
+
+// TestHeaderNamesOnTheWire: the rate-limit fields leave with the names
+// c.Set gives them, byte for byte: normalized by fasthttp by default
+// ("X-Ratelimit-Limit"), as the format spells them under
+// DisableHeaderNormalizing ("X-RateLimit-Limit").
+func TestHeaderNamesOnTheWire(t *testing.T) {
+	for _, disable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableHeaderNormalizing=%v", disable), func(t *testing.T) {
+			l := flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 5)})
+			mw, err := fiberlimit.New(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			format, err := core.NewHeaderFormat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := fibertest.NewApp(fiber.Config{DisableHeaderNormalizing: disable})
+			app.Get("/limited", mw, func(c *fiber.Ctx) error { return c.SendString("ok") })
+			// The reference: every field set with c.Set under the name the
+			// format spells.
+			app.Get("/reference", func(c *fiber.Ctx) error {
+				for h := range core.HeaderField(core.NumHeaderFields) {
+					c.Set(h.Name(format), "1")
+				}
+				return c.SendString("ok")
+			})
+			base := fibertest.Serve(t, app)
+			names := func(path string) map[string]bool {
+				t.Helper()
+				conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path)
+				got := map[string]bool{}
+				br := bufio.NewReader(conn)
+				if _, err := br.ReadString('\n'); err != nil { // status line
+					t.Fatal(err)
+				}
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						t.Fatal(err)
+					}
+					if line == "\r\n" {
+						return got
+					}
+					name, _, _ := strings.Cut(line, ":")
+					got[name] = true
+				}
+			}
+			ref, lim := names("/reference"), names("/limited")
+			for _, h := range []core.HeaderField{core.FieldLimit, core.FieldRemaining, core.FieldReset, core.FieldPolicy, core.FieldRateLimit} {
+				var want string
+				for n := range ref {
+					if strings.EqualFold(n, h.Name(format)) {
+						want = n
+					}
+				}
+				if want == "" || !lim[want] {
+					t.Errorf("%v: c.Set sends %q; the middleware's response has %v", h, want, lim)
+				}
+			}
+		})
+	}
+}

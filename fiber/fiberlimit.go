@@ -2,6 +2,7 @@ package fiberlimit
 
 import (
 	"net/http"
+	"net/textproto"
 	"sync"
 
 	"github.com/gofiber/fiber/v2"
@@ -19,6 +20,10 @@ type middleware struct {
 	engine  *flow.Engine
 	deny    DenyHandler  // nil: the problem body
 	onError ErrorHandler // nil: the status text
+	// The fields' names as fasthttp stores them: normalized (the first
+	// letter and each after a '-' upper case, the others lower case), or
+	// as the format spells them, for an app with DisableHeaderNormalizing.
+	normalized, asIs [core.NumHeaderFields][]byte
 }
 
 // New returns fiber middleware that limits requests with limiter. It fails
@@ -66,13 +71,21 @@ func New(limiter *core.Limiter, opts ...Option) (fiber.Handler, error) {
 	}
 	m := &middleware{engine: e}
 	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
+	for h := range core.HeaderField(core.NumHeaderFields) {
+		name := h.Name(e.Format())
+		m.asIs[h] = []byte(name)
+		// fasthttp's normalization is textproto's canonical form for the
+		// token characters header names are made of.
+		m.normalized[h] = []byte(textproto.CanonicalMIMEHeaderKey(name))
+	}
 	return m.handle, nil
 }
 
-// handle limits one request. Header fields go out with c.Set: fasthttp
-// copies names and values into the response's own buffers, which it reuses
-// from request to request, so nothing is allocated beyond the values
-// core.HeaderFormat builds.
+// handle limits one request. Header fields go out with
+// ResponseHeader.SetCanonical, names already in the form fasthttp would
+// give them and values formatted on the stack (core.HeaderValues): fasthttp
+// copies both into the response's own buffers, which it reuses from
+// request to request, so setting them allocates nothing.
 func (m *middleware) handle(c *fiber.Ctx) error {
 	mark, _ := c.Locals(flow.MarkName).(*flow.Mark)
 	res, again := m.engine.Seen(mark)
@@ -93,12 +106,12 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	}
 	switch res.Outcome {
 	case flow.Proceed:
-		m.engine.Headers(&res, c.Set)
+		m.setHeaders(c, &res)
 		return c.Next()
 	case flow.Skipped:
 		return c.Next()
 	case flow.Denied, flow.Unavailable:
-		m.engine.Headers(&res, c.Set)
+		m.setHeaders(c, &res)
 		// Set before a deny handler runs, so that one that writes only a
 		// body, or nothing, still answers 429 (or 503), not fiber's 200.
 		c.Status(res.Outcome.HTTPStatus())
@@ -139,4 +152,24 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	// The status text only: Err may name keys, rules or a store address.
 	c.Response().Header.SetContentType(fiber.MIMETextPlainCharsetUTF8)
 	return c.SendString(http.StatusText(status))
+}
+
+// setHeaders sets res's rate-limit header fields on the response, as c.Set
+// would: under the names fasthttp normalizes them to, unless the app's
+// server leaves names as they are (DisableHeaderNormalizing), which is
+// what it tells each request's headers too.
+func (m *middleware) setHeaders(c *fiber.Ctx, res *flow.Result) {
+	var v core.HeaderValues
+	m.engine.HeaderValues(res, &v)
+	if v.Len() == 0 {
+		return
+	}
+	names := &m.normalized
+	if srv := c.App().Server(); srv != nil && srv.DisableHeaderNamesNormalizing {
+		names = &m.asIs
+	}
+	h := &c.Response().Header
+	for i := range v.Len() {
+		h.SetCanonical(names[v.Field(i)], v.Bytes(i))
+	}
 }

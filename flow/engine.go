@@ -29,15 +29,27 @@ type Engine struct {
 	bodies sync.Pool // *[]byte, for problem bodies
 	self   *Mark     // the Mark of a request only e has checked
 
-	endpointByRoute bool                      // the endpoint scope is keyed by the default, the route
-	need            atomic.Pointer[routeNeed] // for the policy last seen
-	logOnce         sync.Once                 // the first ErrRouteUnknown is logged
+	endpointByRoute bool                        // the endpoint scope is keyed by the default, the route
+	need            atomic.Pointer[policyNeeds] // for the policy last seen
+	logOnce         sync.Once                   // the first ErrRouteUnknown is logged
+
+	// httpNames are the fields' names as http.Header stores them
+	// (canonical), and httpConst the one-element value slices of the
+	// format's constant values, shared by every response.
+	httpNames [core.NumHeaderFields]string
+	httpConst constSlices
 }
 
-// routeNeed says which rule of policy needs the request's route, if any.
-type routeNeed struct {
+// policyNeeds is what a request needs of the policy last seen: which rule
+// needs the request's route, if any, and which key functions have a rule
+// to key.
+type policyNeeds struct {
 	policy *core.Policy
 	rule   string // "" for none
+	// keyed[i] is whether an enabled rule has e.keys[i]'s scope, or a When
+	// predicate, which may read any: the key functions of the other scopes
+	// are not called, for no tier would use what they return.
+	keyed []bool
 }
 
 type scopedFunc struct {
@@ -131,6 +143,9 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 			return nil, err
 		}
 		e.format = f
+	}
+	for h := range core.HeaderField(core.NumHeaderFields) {
+		e.httpNames[h] = textproto.CanonicalMIMEHeaderKey(h.Name(e.format))
 	}
 	e.bodies.New = func() any {
 		b := make([]byte, 0, 512)
@@ -305,12 +320,16 @@ func (e *Engine) check(r keyfuncs.Request) Result {
 	if req.Route == "" {
 		req.Route = r.FullMethod() // gRPC: the method is the route
 	}
+	needs := e.needs()
 	if rr, ok := r.(RouteReporter); ok && !rr.RouteKnown() {
-		if rule := e.needsRoute(); rule != "" {
-			return e.routeUnknown(rule)
+		if needs.rule != "" {
+			return e.routeUnknown(needs.rule)
 		}
 	}
 	for i := range e.keys {
+		if !needs.keyed[i] {
+			continue
+		}
 		k := &e.keys[i]
 		fn := k.fn
 		for j := range k.routes {
@@ -387,22 +406,34 @@ func (e *Engine) check(r keyfuncs.Request) Result {
 	return Result{Outcome: Proceed, Decision: d}
 }
 
-// needsRoute returns the name of an enabled rule of the policy in force
-// that needs the request's route, or "": one with a route selector, or an
-// endpoint rule when the endpoint is keyed by the route.
-func (e *Engine) needsRoute() string {
+// needs returns what requests need of the policy in force, worked out once
+// per policy: the name of an enabled rule that needs the request's route,
+// or "" (one with a route selector, or an endpoint rule when the endpoint
+// is keyed by the route), and the key functions whose scope an enabled
+// rule limits (all of them when a rule has a When predicate, which may
+// read any).
+func (e *Engine) needs() *policyNeeds {
 	p := e.limiter.Policy()
 	if n := e.need.Load(); n != nil && n.policy == p {
-		return n.rule
+		return n
 	}
-	n := &routeNeed{policy: p}
+	n := &policyNeeds{policy: p, keyed: make([]bool, len(e.keys))}
 	for _, r := range p.Rules() {
 		if r.Disabled {
 			continue
 		}
+		for i := range e.keys {
+			// A When predicate may read any identity of the request.
+			if e.keys[i].scope == r.Scope || r.When != nil {
+				n.keyed[i] = true
+			}
+		}
+		if n.rule != "" {
+			continue
+		}
 		if r.Scope == core.ScopeEndpoint && e.endpointByRoute {
 			n.rule = r.Name
-			break
+			continue
 		}
 		for _, rt := range r.Routes {
 			if sel, _ := core.ParseRoute(rt); sel.Route() != "" {
@@ -410,12 +441,9 @@ func (e *Engine) needsRoute() string {
 				break
 			}
 		}
-		if n.rule != "" {
-			break
-		}
 	}
 	e.need.Store(n)
-	return n.rule
+	return n
 }
 
 // routeUnknown is the Result of a request whose route is unknown where the
@@ -474,37 +502,132 @@ func (e *Engine) Headers(res *Result, set func(name, value string)) {
 	e.format.Headers(&res.Decision, set)
 }
 
-// maxHeaders is how many fields SetHTTPHeaders gathers before storing
-// them; a HeaderFormat sets at most seven.
-const maxHeaders = 8
-
-// SetHTTPHeaders stores res's rate-limit header fields in h, as Headers
-// reports them, replacing earlier values. The values share one backing
-// array, one allocation for all of them; each is capped at length 1, so
-// appending to one cannot clobber the next. Names are canonicalized, which
-// allocates nothing for names already canonical (core.NamesCanonical).
-func (e *Engine) SetHTTPHeaders(h http.Header, res *Result) {
-	var (
-		names [maxHeaders]string
-		vals  [maxHeaders]string
-		n     int
-	)
-	e.Headers(res, func(name, value string) {
-		if n == len(names) {
-			h.Set(name, value) // not reached with today's formats
+// HeaderValues formats res's rate-limit header fields into v, as Headers
+// reports them, for adapters whose framework copies header values
+// (fasthttp): no allocation. v is left empty when res has no fields to
+// send.
+func (e *Engine) HeaderValues(res *Result, v *core.HeaderValues) {
+	switch res.Outcome {
+	case Proceed:
+		if !e.onAllow {
+			v.Format(nil, nil)
 			return
 		}
-		names[n], vals[n] = name, value
-		n++
-	})
+	case Denied, Unavailable:
+	default:
+		v.Format(nil, nil)
+		return
+	}
+	v.Format(e.format, &res.Decision)
+}
+
+// SetHTTPHeaders stores res's rate-limit header fields in h, as Headers
+// reports them, replacing earlier values, under their canonical names
+// (whatever the format's core.NameCase), without canonicalizing them per
+// response. The constant values (X-RateLimit-Limit, RateLimit-Policy,
+// Cache-Control) are one-element slices shared by every response, as
+// precomputed header values are in other middleware: like any value in an
+// http.Header, they must not be modified in place (Set and Add replace
+// them, which is fine). The other values take two allocations: one
+// string holding them all, and the slices of their entries, each capped at
+// length 1 so that appending to one cannot clobber the next.
+func (e *Engine) SetHTTPHeaders(h http.Header, res *Result) {
+	var v core.HeaderValues
+	e.HeaderValues(res, &v)
+	n := v.Len()
 	if n == 0 {
 		return
 	}
-	backing := make([]string, n)
-	copy(backing, vals[:n])
+	var (
+		dyn  [core.NumHeaderFields]int // the fields whose values live in v
+		nDyn int
+		size int
+	)
 	for i := range n {
-		h[textproto.CanonicalMIMEHeaderKey(names[i])] = backing[i : i+1 : i+1]
+		if s, ok := v.Constant(i); ok {
+			f := v.Field(i)
+			h[e.httpNames[f]] = e.httpConst.get(f, s)
+			continue
+		}
+		dyn[nDyn] = i
+		nDyn++
+		size += len(v.Bytes(i))
 	}
+	if nDyn == 0 {
+		return
+	}
+	var arr [256]byte // the values of a few tiers; more go to the heap
+	buf := arr[:0]
+	if size > len(arr) {
+		buf = make([]byte, 0, size)
+	}
+	for _, i := range dyn[:nDyn] {
+		buf = append(buf, v.Bytes(i)...)
+	}
+	all := string(buf)
+	backing := make([]string, nDyn)
+	off := 0
+	for j, i := range dyn[:nDyn] {
+		end := off + len(v.Bytes(i))
+		backing[j] = all[off:end]
+		off = end
+		h[e.httpNames[v.Field(i)]] = backing[j : j+1 : j+1]
+	}
+}
+
+// maxConstSlices bounds a constSlices: the constant values are few per
+// policy, and a cache past this size (policies replaced many times) starts
+// afresh.
+const maxConstSlices = 256
+
+// constSlices maps the constant values of a header format to one-element
+// slices holding them, made once. The map is replaced whole on insertion
+// (copy on write), so lookups take no lock.
+type constSlices struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[string][]string]
+	// last holds the slice found last for each field, checked first: the
+	// same constant strings come back response after response, and a
+	// string compare of the same string is a pointer compare.
+	last [core.NumHeaderFields]atomic.Pointer[[]string]
+}
+
+func (c *constSlices) get(h core.HeaderField, s string) []string {
+	if p := c.last[h].Load(); p != nil && (*p)[0] == s {
+		return *p
+	}
+	v := c.lookup(s)
+	c.last[h].Store(&v)
+	return v
+}
+
+func (c *constSlices) lookup(s string) []string {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[s]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	keep := old != nil && len(*old) < maxConstSlices
+	m := make(map[string][]string, 1+lenIf(keep, old))
+	if keep {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	v := []string{s}
+	m[s] = v[:1:1]
+	c.m.Store(&m)
+	return v
+}
+
+func lenIf(keep bool, m *map[string][]string) int {
+	if !keep {
+		return 0
+	}
+	return len(*m)
 }
 
 // ContentTypeProblem is the media type of the bodies WriteProblem writes

@@ -160,7 +160,8 @@ func TestCheckErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			l := flowtest.LimiterWith(t, []core.Option{core.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil)))}, perUser)
+			// per-ip, so that the client address is needed.
+			l := flowtest.LimiterWith(t, []core.Option{core.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil)))}, perUser, perIP)
 			m, err := flow.New(l, "test", nil, tc.opts...)
 			if err != nil {
 				t.Fatal(err)

@@ -56,7 +56,10 @@ func (f optionFunc) apply(c *config) { f(c) }
 // keyfuncs.ClientIP() (the TCP peer: no proxy is trusted), ScopeEndpoint by
 // keyfuncs.Endpoint() (the route template, or the gRPC method), and the
 // other scopes are not keyed, so New rejects a policy with an enabled rule
-// on them. One scope takes one key function.
+// on them. One scope takes one key function. A key function runs only while
+// an enabled rule of the policy in force limits its scope: with no
+// endpoint rule, no endpoint key is built, and with no per-ip rule a
+// request without a usable client address is not refused.
 func WithKey(scope core.Scope, fn keyfuncs.Func) Option {
 	return optionFunc(func(c *config) {
 		switch {

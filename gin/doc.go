@@ -97,10 +97,16 @@
 //
 // # Cost
 //
-// The request view over the gin.Context costs no allocation. Per allowed
+// The request view over the gin.Context costs no allocation, and neither
+// does the mark that records the request as checked: a request with no
+// c.Keys yet gets a pooled map holding only the mark, which goes back to
+// the pool once the chain has run if no handler added to it. Per allowed
 // request on the in-memory store the middleware allocates the key strings
-// its key functions build (one for the client IP; the endpoint key is built
-// once per route and reused) and two for the header fields (their values
-// share one string and one slice): three with the default keys. See
-// BenchmarkMiddleware.
+// its key functions build (none for the client IP when it is the TCP
+// peer's IPv4 address, which is used as it is; key functions run only for
+// the scopes the policy's rules limit) and two for the header fields that
+// change from response to response (their values share one string and one
+// slice; the limit, the policy and "no-store" are slices made once per rule
+// set and shared by every response, and must not be modified in place):
+// two with the default keys. See BenchmarkMiddleware.
 package ginlimit

@@ -240,3 +240,60 @@ func TestClientIPIgnoresEngine(t *testing.T) {
 		t.Errorf("c.ClientIP() = %q, want [203.0.113.1] (gin's default trusts the header)", seen)
 	}
 }
+
+// TestMarkKeys: the Mark a request carries through the chain leaves no
+// trace between requests. Two middlewares over different limiters on one
+// route each charge every request (the second one's Mark, which records
+// both, is not kept for the next request); values a handler stores with
+// c.Set after the middleware reach the middleware before it, after c.Next;
+// a request whose c.Keys a handler before the middleware made keeps them.
+func TestMarkKeys(t *testing.T) {
+	const peer = "192.0.2.1:1234"
+	limit := func(name string) *core.Limiter {
+		return flowtest.Limiter(t, core.Rule{Name: name, Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 10)})
+	}
+	a, b := newMiddleware(t, limit("a")), newMiddleware(t, limit("b"))
+	var seen []any
+	outer := func(c *gin.Context) {
+		c.Next()
+		v, _ := c.Get("user")
+		seen = append(seen, v)
+	}
+	setUser := func(c *gin.Context) { c.Set("user", "alice") }
+	before := func(c *gin.Context) { c.Set("tenant", "acme") }
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	e := gin.New()
+	e.GET("/ab", a, b, ok)
+	e.GET("/ba", b, a, ok)
+	e.GET("/user", outer, a, setUser, ok)
+	e.GET("/tenant", before, a, func(c *gin.Context) {
+		if v, _ := c.Get("tenant"); v != "acme" {
+			t.Errorf("/tenant: c.Get(tenant) = %v after the middleware, want acme", v)
+		}
+		c.String(http.StatusOK, "ok")
+	})
+	for i, path := range []string{"/ab", "/ab", "/ba", "/ab", "/ba"} {
+		w := do(e, "GET", path, peer)
+		if w.Code != http.StatusOK {
+			t.Fatalf("GET %s #%d = %d, want 200", path, i+1, w.Code)
+		}
+		// Both tiers are charged on every request: a and b each have
+		// 10 - (i+1) left.
+		if got, want := w.Header().Get("RateLimit"), fmt.Sprintf(";r=%d;", 9-i); !strings.Contains(got, want) {
+			t.Errorf("GET %s #%d: RateLimit %q, want r=%d", path, i+1, got, 9-i)
+		}
+	}
+	for range 3 {
+		if w := do(e, "GET", "/user", "192.0.2.2:1"); w.Code != http.StatusOK {
+			t.Fatalf("GET /user = %d", w.Code)
+		}
+	}
+	for i, v := range seen {
+		if v != "alice" {
+			t.Errorf("/user #%d: the outer middleware read user %v after c.Next, want alice", i+1, v)
+		}
+	}
+	if w := do(e, "GET", "/tenant", "192.0.2.3:1"); w.Code != http.StatusOK {
+		t.Fatalf("GET /tenant = %d", w.Code)
+	}
+}

@@ -3,6 +3,8 @@ package ginlimit
 import (
 	"errors"
 	"net/http"
+	"reflect"
+	"sync"
 
 	"github.com/gin-gonic/gin"
 
@@ -20,6 +22,9 @@ type middleware struct {
 	engine  *flow.Engine
 	deny    DenyHandler  // nil: the problem body
 	onError ErrorHandler // nil: record, status text
+	// keys holds maps of one entry, the Mark of a request only this
+	// middleware has checked, ready to become a request's c.Keys.
+	keys sync.Pool
 }
 
 // New returns gin middleware that limits requests with limiter, for
@@ -62,30 +67,34 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 	}
 	m := &middleware{engine: e}
 	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
+	self := e.Mark(nil)
+	m.keys.New = func() any { return map[any]any{flow.MarkName: self} }
 	return m.handle, nil
 }
 
 // handle limits one request.
 func (m *middleware) handle(c *gin.Context) {
 	var res flow.Result
-	prev, _ := c.Get(flow.MarkName)
-	mark, _ := prev.(*flow.Mark)
-	if again, ok := m.engine.Seen(mark); ok {
+	var mark *flow.Mark
+	if c.Keys != nil {
+		prev, _ := c.Get(flow.MarkName)
+		mark, _ = prev.(*flow.Mark)
+	}
+	again, seen := m.engine.Seen(mark)
+	switch {
+	case seen:
 		res = again
-	} else if c.Request == nil {
+	case c.Request == nil:
 		res = flow.Result{Outcome: flow.Failed, Err: errNoRequest}
-	} else {
+	default:
 		res = m.engine.Check(request{c})
-		if res.Outcome == flow.Proceed || res.Outcome == flow.Skipped {
-			c.Set(flow.MarkName, m.engine.Mark(mark))
-		}
 	}
 	switch res.Outcome {
 	case flow.Proceed:
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
-		c.Next()
+		m.next(c, mark, seen)
 	case flow.Skipped:
-		c.Next()
+		m.next(c, mark, seen)
 	case flow.Denied, flow.Unavailable:
 		c.Abort()
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
@@ -117,4 +126,42 @@ func (m *middleware) handle(c *gin.Context) {
 			http.Error(c.Writer, http.StatusText(status), status)
 		}
 	}
+}
+
+// next runs the rest of the chain on a request that goes on, with its Mark
+// recording this middleware (unless seen: it is there already), so that a
+// middleware over the same limiter further down the chain does not charge
+// it again.
+//
+// A request with no c.Keys yet gets a map from the pool that holds only
+// the Mark, rather than the map c.Set would make (two allocations per
+// request). The chain runs inside c.Next, so once it returns no handler
+// after this one needs the Mark: if the map still holds only that, it
+// goes back to the pool, and c.Keys back to nil, as it was. A map a
+// handler added keys to stays with the request, as c.Set's would.
+func (m *middleware) next(c *gin.Context, prev *flow.Mark, seen bool) {
+	switch {
+	case seen:
+		c.Next()
+		return
+	case c.Keys != nil:
+		c.Set(flow.MarkName, m.engine.Mark(prev))
+		c.Next()
+		return
+	}
+	keys := m.keys.Get().(map[any]any)
+	c.Keys = keys
+	c.Next()
+	if _, ok := keys[flow.MarkName]; ok && len(keys) == 1 && sameMap(c.Keys, keys) {
+		c.Keys = nil
+		// A middleware further down, over another limiter, may have
+		// replaced the Mark with one that records both.
+		keys[flow.MarkName] = m.engine.Mark(nil)
+		m.keys.Put(keys)
+	}
+}
+
+// sameMap reports whether a and b are the same map.
+func sameMap(a, b map[any]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }

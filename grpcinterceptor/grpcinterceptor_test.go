@@ -205,7 +205,8 @@ func TestKeyFuncAndHandlers(t *testing.T) {
 }
 
 func TestDefaultErrors(t *testing.T) {
-	l := frozen(t, perUser)
+	// per-ip, so that a call without a peer has no key for a tier.
+	l := frozen(t, perUser, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerSecond(1), 100)})
 	user, _ := keyfuncs.Metadata("x-user")
 	u, err := grpcinterceptor.UnaryServerInterceptor(l, flow.WithKey(core.ScopeUser, user))
 	if err != nil {

@@ -164,7 +164,10 @@ func WithTrustNonIPPeer() ClientIPOption {
 // The Func returns an error wrapping ErrNoAddress when there is no client
 // address (see ErrNoAddress); it never returns ErrNotApplicable. ClientIP
 // returns an error wrapping ErrInvalidOption, naming the option, when an
-// option is invalid. It allocates once per call, for the key.
+// option is invalid. The Func allocates once per call, for the key, except
+// when the key is an untrusted IPv4 peer's address without WithIPv4Prefix,
+// the common case, which it returns as a slice of Request.RemoteAddr:
+// nothing to parse with netip, nothing to allocate.
 func ClientIP(opts ...ClientIPOption) (Func, error) {
 	c := &ipConfig{header: "X-Forwarded-For"}
 	for i, o := range opts {
@@ -181,7 +184,17 @@ func ClientIP(opts ...ClientIPOption) (Func, error) {
 }
 
 func (c *ipConfig) key(r Request) (string, error) {
-	a, err := c.client(r)
+	peer := r.RemoteAddr()
+	if c.v4bits == 0 {
+		if host, a, ok := parseIPv4Peer(peer); ok && !c.trusts(a) {
+			// The peer is the client, and its text is the address as
+			// netip.Addr.String prints it (dotted decimal, no leading
+			// zeros: nothing else parses), so the key is a slice of it:
+			// digits and dots only, no allocation.
+			return host, nil
+		}
+	}
+	a, err := c.client(r, peer)
 	if err != nil {
 		return "", err
 	}
@@ -213,8 +226,7 @@ func (c *ipConfig) trusts(a netip.Addr) bool {
 
 // client walks the hops right to left. cur is the last good hop seen; it is
 // the zero Addr only while the walk is still at a trusted non-IP peer.
-func (c *ipConfig) client(r Request) (netip.Addr, error) {
-	peer := r.RemoteAddr()
+func (c *ipConfig) client(r Request, peer string) (netip.Addr, error) {
 	cur, ok := parseHost(peer, false)
 	if ok {
 		if !c.trusts(cur) {
@@ -435,6 +447,39 @@ func parseHost(s string, obfPort bool) (netip.Addr, bool) {
 		return netip.Addr{}, false // IPv6 with a port needs brackets
 	}
 	return a, true
+}
+
+// parseIPv4Peer parses the common TCP peer, an IPv4 address in dotted
+// decimal with an optional port ("192.0.2.1:4711"), strictly: four decimal
+// octets of at most three digits, 0 to 255, without leading zeros, and a
+// port validPort accepts. It returns the address's text, a prefix of s, and
+// the address; ok is false for anything else (IPv6, a zone, garbage), which
+// parseHost then decides. Whatever it accepts, parseHost accepts as the
+// same address, whose String is host.
+func parseIPv4Peer(s string) (host string, a netip.Addr, ok bool) {
+	var ip [4]byte
+	i := 0
+	for k := range ip {
+		if k > 0 {
+			if i == len(s) || s[i] != '.' {
+				return "", netip.Addr{}, false
+			}
+			i++
+		}
+		start, n := i, 0
+		for i < len(s) && i-start < 3 && '0' <= s[i] && s[i] <= '9' {
+			n = n*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || n > 255 || (s[start] == '0' && i-start > 1) {
+			return "", netip.Addr{}, false
+		}
+		ip[k] = byte(n)
+	}
+	if i < len(s) && (s[i] != ':' || !validPort(s[i+1:], false)) {
+		return "", netip.Addr{}, false
+	}
+	return s[:i], netip.AddrFrom4(ip), true
 }
 
 func normalize(a netip.Addr) netip.Addr { return a.WithZone("").Unmap() }

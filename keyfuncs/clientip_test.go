@@ -229,3 +229,39 @@ func TestParseTrusted(t *testing.T) {
 		}
 	}
 }
+
+// TestClientIPPeerAllocs: an untrusted IPv4 peer's key is a slice of the
+// peer address, with no allocation; an IPv6 peer, or one keyed by its /24,
+// costs one allocation, the key.
+func TestClientIPPeerAllocs(t *testing.T) {
+	plain, err := ClientIP(WithTrustedProxies("10.0.0.0/8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grouped, err := ClientIP(WithIPv4Prefix(24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		fn     Func
+		peer   string
+		want   string
+		allocs float64
+	}{
+		{"IPv4 peer", plain, "192.0.2.1:1234", "192.0.2.1", 0},
+		{"IPv4 peer without port", plain, "192.0.2.1", "192.0.2.1", 0},
+		{"IPv4 peer keyed by /24", grouped, "192.0.2.1:1234", "192.0.2.0/24", 1},
+		{"IPv6 peer", plain, "[2001:db8::1]:1234", "2001:db8::1", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r Request = Static{Peer: tc.peer} // boxed once, outside the count
+			if got, err := tc.fn(r); got != tc.want || err != nil {
+				t.Fatalf("key = %q, %v; want %q", got, err, tc.want)
+			}
+			if got := testing.AllocsPerRun(100, func() { _, _ = tc.fn(r) }); got != tc.allocs {
+				t.Errorf("%v allocations, want %v", got, tc.allocs)
+			}
+		})
+	}
+}

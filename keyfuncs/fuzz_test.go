@@ -274,6 +274,16 @@ func FuzzClientIP(f *testing.F) {
 		{"10.0.0.1:1", `for=198.51.100.9, for=_hidden, for=10.0.0.3`, `For="10.0.0.4:_p"`},
 		{"10.0.0.1:1", `for="1.2.3.4, for=198.51.100.9`, `for=1.2.3.4;x="a\", b", for=10.0.0.3`},
 		{"10.0.0.1:1", `for=unknown, by=x`, `for=[::1]:80;for=1.2.3.4`},
+		// Peers the IPv4 fast path must leave to the full parser.
+		{"010.0.0.1:1", "198.51.100.9", ""},
+		{"10.0.0.256:1", "198.51.100.9", ""},
+		{"10.0.0.1:", "198.51.100.9", ""},
+		{"10.0.0.1:65536", "198.51.100.9", ""},
+		{"10.0.0.1:1:2", "198.51.100.9", ""},
+		{"10.0.0.1%eth0:1", "198.51.100.9", ""},
+		{"1.2.3.4.5", "198.51.100.9", ""},
+		{"1.2.3", "198.51.100.9", ""},
+		{"0.0.0.0:0", "198.51.100.9", ""},
 	}
 	for _, s := range seeds {
 		for _, mode := range []byte{0, 2, 3, 4, 5, 10, 11, 18, 19} {
@@ -451,6 +461,39 @@ func FuzzCompose(f *testing.F) {
 		}
 		if err1 == nil && err2 == nil && (k1 == k2) != (a == c && b == d) {
 			t.Fatalf("Compose(%q, %q) = %q and Compose(%q, %q) = %q", a, b, k1, c, d, k2)
+		}
+	})
+}
+
+// FuzzIPv4Peer checks the IPv4 fast path against parseHost, the full
+// parser: whatever it accepts, parseHost accepts as the same address, whose
+// canonical text is exactly the prefix it returns; and every canonical
+// IPv4 peer, with or without a port, takes it.
+func FuzzIPv4Peer(f *testing.F) {
+	for _, s := range []string{"192.0.2.1:1234", "192.0.2.1", "0.0.0.0:0", "255.255.255.255:65535",
+		"01.2.3.4", "1.2.3.256", "1.2.3.4:", "1.2.3.4:65536", "1.2.3.4:x", "1.2.3.4:1:2", "1.2.3.4.5",
+		"[::ffff:1.2.3.4]:1", "::ffff:1.2.3.4", "1.2.3.4%z:1", "1.2.3.4:0080", " 1.2.3.4", "1.2.3.4 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		host, a, ok := parseIPv4Peer(s)
+		full, fullOK := parseHost(s, false)
+		if ok {
+			if !fullOK || full != a || !a.Is4() || a.String() != host || !strings.HasPrefix(s, host) {
+				t.Fatalf("parseIPv4Peer(%q) = %q, %v; parseHost = %v, %v", s, host, a, full, fullOK)
+			}
+			return
+		}
+		// Rejected: it must not be a canonical IPv4 address with an
+		// optional decimal port that parseHost takes as such.
+		if fullOK && full.Is4() {
+			h := s
+			if i := strings.LastIndexByte(s, ':'); i >= 0 {
+				h = s[:i]
+			}
+			if h == full.String() && !strings.ContainsAny(s, "[]%") && !strings.Contains(s[len(h):], "_") {
+				t.Fatalf("parseIPv4Peer(%q) refused a canonical IPv4 peer that parseHost reads as %v", s, full)
+			}
 		}
 	})
 }

@@ -67,7 +67,13 @@
 // # Cost
 //
 // The middleware allocates, per allowed request on the in-memory store, the
-// key strings its key functions build (one for the client IP) and two for
-// the header fields (their values share one string and one slice); route
-// templates and header lookups allocate nothing. See BenchmarkMiddleware.
+// request copy that carries its mark to the next handler (two allocations,
+// as any middleware that adds a context value does), the key strings its
+// key functions build (none for the client IP when it is the TCP peer's
+// IPv4 address; key functions run only for the scopes the policy's rules
+// limit) and two for the header fields that change from response to
+// response (their values share one string and one slice; the limit, the
+// policy and "no-store" are slices made once per rule set and shared by
+// every response, and must not be modified in place); route templates and
+// header lookups allocate nothing. See BenchmarkMiddleware.
 package nethttp

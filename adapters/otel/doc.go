@@ -2,11 +2,11 @@
 // metrics with OpenTelemetry metric instruments: those of
 // adapters/prometheus, with the same names, attributes and meaning.
 //
-// Make a Metrics with New on a meter and pass its Observe to the limiter
-// with core.WithObserver:
+// Make a Metrics with New on a meter and pass its Option to the limiter
+// (or its Observe, with core.WithObserver):
 //
 //	m, err := otellimit.New(otel.Meter("github.com/bucketry/ratelimit"), otellimit.WithSources(store))
-//	limiter, err := core.NewLimiter(policy, core.WithStore(store), core.WithObserver(m.Observe))
+//	limiter, err := core.NewLimiter(policy, core.WithStore(store), m.Option())
 //
 // # Instruments
 //
@@ -24,7 +24,7 @@
 // The latency histogram records the decisions the limiter timed: one in
 // core.WithLatencySampling's n (16 by default).
 //
-// The decision counters are observable counters: Observe counts the
+// The decision counters are observable counters: the limiter counts the
 // decision in a core.Tally (striped counters, allocation-free and without
 // a lookup; the same as adapters/prometheus), and a callback reports the
 // tally's snapshot at each collection, as the Prometheus exporter would

@@ -24,7 +24,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := core.NewLimiter(policy, core.WithObserver(m.Observe))
+	limiter, err := core.NewLimiter(policy, m.Option())
 	if err != nil {
 		panic(err)
 	}

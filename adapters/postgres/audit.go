@@ -225,8 +225,8 @@ type violation struct {
 
 // Audit writes the seed's RateLimitViolation rows for denied requests: one
 // row per denying tier, through a bounded queue that a single goroutine
-// writes to PostgreSQL in batches with COPY. Give Observe to
-// core.WithObserver. An Audit is safe for concurrent use; make one with
+// writes to PostgreSQL in batches with COPY. Give its Option to the
+// limiter (or Observe to core.WithObserver). An Audit is safe for concurrent use; make one with
 // NewAudit and stop it with Close.
 //
 // The auditColumns are filled as follows:
@@ -323,10 +323,28 @@ func NewAudit(pool *pgxpool.Pool, opts ...AuditOption) (*Audit, error) {
 	return a, nil
 }
 
-// Observe records e's denying tiers; pass it to core.WithObserver. It
-// never blocks and allocates nothing: each row is thinned, enqueued or, if
-// the queue is full or the Audit closed, dropped and counted. Decisions
-// that allowed the request without a shadow denial return at once.
+// Option is the limiter option that records the denying tiers of its
+// decisions (core.WithDenials):
+//
+//	limiter, err := core.NewLimiter(policy, audit.Option())
+//
+// It is the cheapest way to feed the Audit: the limiter hands each denial
+// over as a value, with no copy of the decision, and a decision no tier
+// denies costs nothing. Each row is thinned, enqueued or, if the queue is
+// full or the Audit closed, dropped and counted; nothing blocks or
+// allocates. A limiter takes one Audit this way; Observe records from an
+// Observer.
+func (a *Audit) Option() core.Option { return core.WithDenials(a.deny) }
+
+func (a *Audit) deny(_ context.Context, v core.Denial) {
+	a.offer(v.Rule, v.Identity, v.User, v.IP, v.Endpoint, v.At.UnixNano(), v.Remaining, v.Shadow)
+}
+
+// Observe records e's denying tiers, as Option does, from an Observer:
+// pass it to core.WithObserver. An observer's event is a copy the limiter
+// makes, which costs every decision more than Option. Observe never blocks
+// and allocates nothing. Decisions that allowed the request without a
+// shadow denial return at once.
 func (a *Audit) Observe(ctx context.Context, e *core.Event) {
 	d := e.Decision
 	if d == nil || d.Allowed && !d.ShadowDenied {
@@ -336,24 +354,25 @@ func (a *Audit) Observe(ctx context.Context, e *core.Event) {
 	if d.At.IsZero() {
 		at = time.Now().UnixNano()
 	}
-	tiers := d.Tiers()
-	for i := range tiers {
-		if t := &tiers[i]; !t.Allowed && t.Rule != nil {
-			a.offer(e.Request, t, at)
+	for i := range d.NumTiers() {
+		t := d.TierAt(i)
+		if t.Allowed || t.Rule == nil {
+			continue
 		}
+		var id, user, ip, endpoint string
+		if req := e.Request; req != nil {
+			id, user, ip, endpoint = tierIdentity(req, t.Rule.Scope), req.User, req.IP, req.Endpoint
+		}
+		a.offer(t.Rule, id, user, ip, endpoint, at, t.Remaining, t.Shadow)
 	}
 }
 
-func (a *Audit) offer(req *core.Request, t *core.TierState, at int64) {
+func (a *Audit) offer(rule *core.Rule, id, user, ip, endpoint string, at, remaining int64, shadow bool) {
 	if a.cfg.sampling > 1 && rand.Uint32()%uint32(a.cfg.sampling) != 0 {
 		a.thinned.Add(1)
 		return
 	}
-	var id string
-	if req != nil {
-		id = tierIdentity(req, t.Rule.Scope)
-	}
-	if a.slots != nil && !a.admit(t.Rule.Name, id, at) {
+	if a.slots != nil && !a.admit(rule.Name, id, at) {
 		a.thinned.Add(1)
 		return
 	}
@@ -363,10 +382,7 @@ func (a *Audit) offer(req *core.Request, t *core.TierState, at int64) {
 		a.dropped.Add(1)
 		return
 	}
-	v := violation{rule: t.Rule.Name, plan: t.Rule.Plan, identity: id, at: at, remaining: t.Remaining, shadow: t.Shadow}
-	if req != nil {
-		v.user, v.ip, v.endpoint = req.User, req.IP, req.Endpoint
-	}
+	v := violation{rule: rule.Name, plan: rule.Plan, identity: id, user: user, ip: ip, endpoint: endpoint, at: at, remaining: remaining, shadow: shadow}
 	select {
 	case a.queue <- v:
 	default:

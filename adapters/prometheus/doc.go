@@ -1,11 +1,10 @@
 // Package promlimit exports a limiter's decisions and its components'
 // metrics as Prometheus metrics.
 //
-// Make a Metrics with New, pass its Observe to the limiter with
-// core.WithObserver, and register it:
+// Make a Metrics with New, pass its Option to the limiter, and register it:
 //
 //	m, err := promlimit.New(promlimit.WithSources(store))
-//	limiter, err := core.NewLimiter(policy, core.WithStore(store), core.WithObserver(m.Observe))
+//	limiter, err := core.NewLimiter(policy, core.WithStore(store), m.Option())
 //	prometheus.MustRegister(m)
 //	http.Handle("/metrics", promhttp.Handler())
 //
@@ -72,8 +71,9 @@
 //
 // # Cost
 //
-// Observe runs on every decision, so it costs a few nanoseconds and
-// allocates nothing itself: it counts the decision in a core.Tally, which
+// Counting runs on every decision, so it costs a few nanoseconds and
+// allocates nothing: with Option the limiter itself counts the decision in
+// a core.Tally (core.WithTally: no event is copied for an observer), which
 // adds one to one of a set of striped counters (chosen by the calling
 // goroutine's stack, so that goroutines on different cores seldom write
 // the same cache line), and Collect turns the tally's snapshot into

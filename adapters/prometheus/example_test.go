@@ -27,7 +27,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := core.NewLimiter(policy, core.WithStore(store), core.WithObserver(m.Observe))
+	limiter, err := core.NewLimiter(policy, core.WithStore(store), m.Option())
 	if err != nil {
 		panic(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -73,13 +74,27 @@ func New(opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// Observe counts one decision; pass it to core.WithObserver:
+// Option is the limiter option that counts its decisions into m:
+//
+//	limiter, err := core.NewLimiter(policy, m.Option())
+//
+// The limiter counts each decision in m's core.Tally directly (one striped
+// counter, two for a failure; see core.WithTally) and m observes the
+// latency of the timed ones. It is the cheapest way to count, and
+// allocates nothing. A limiter takes one Metrics this way; Observe
+// counts into m from an Observer.
+func (m *Metrics) Option() core.Option {
+	return core.WithTally(m.t, func(_ context.Context, d time.Duration) { m.latency.Observe(d.Seconds()) })
+}
+
+// Observe counts one decision, as Option does, from an Observer (for
+// example one that calls several in turn):
 //
 //	limiter, err := core.NewLimiter(policy, core.WithObserver(m.Observe))
 //
-// It counts the decision in a core.Tally (one striped counter, two for a
-// failure), observes the latency of a timed decision, and allocates
-// nothing itself. It is safe for concurrent use.
+// An observer's event is a copy the limiter makes, which costs a decision
+// more than Option. Observe allocates nothing itself and is safe for
+// concurrent use.
 func (m *Metrics) Observe(_ context.Context, e *core.Event) {
 	m.t.Record(e) // which ignores a nil e
 	if e != nil && e.Timed {

@@ -156,7 +156,7 @@ func start(ctx context.Context, cfg config, logger *slog.Logger) (svc *service, 
 		}
 		closeLater(audit.Close)
 		sources = append(sources, audit)
-		opts = append(opts, core.WithObserver(audit.Observe))
+		opts = append(opts, audit.Option())
 	}
 
 	// Metrics: the seed's series and the components' own. The rules
@@ -169,7 +169,7 @@ func start(ctx context.Context, cfg config, logger *slog.Logger) (svc *service, 
 		return nil, err
 	}
 	registry := prometheus.NewRegistry()
-	opts = append(opts, core.WithObserver(metrics.Observe))
+	opts = append(opts, metrics.Option())
 
 	// The limiter starts with no rule; the rules source fills it in.
 	empty, err := core.NewPolicy()

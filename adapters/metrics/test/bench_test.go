@@ -9,11 +9,12 @@ import (
 	"github.com/bucketry/ratelimit/core"
 )
 
-// BenchmarkObserverOverhead measures what each exporter's Observe adds to
-// a decision on the memory store: the same limiter without an observer
-// ("none"), with an observer that does nothing ("noop", the limiter's own
-// cost of having one: the event, the sampling) and with the Observe of
-// each exporter ("prometheus"; "otel", on the SDK with a manual reader);
+// BenchmarkObserverOverhead measures what each exporter adds to a decision
+// on the memory store: the same limiter without an observer ("none"), with
+// an observer that does nothing ("noop", the limiter's own cost of having
+// one: the event, the sampling), with each exporter's Option
+// ("prometheus"; "otel", on the SDK with a manual reader) and with its
+// Observe as an observer ("prometheus-observer", "otel-observer");
 // 1 and 3 tiers; allowed and denied; serial and parallel. The variants of
 // one case run one after the other within each -count round, so that
 // -count 6 runs them interleaved; compare medians (benchstat).
@@ -26,11 +27,11 @@ func BenchmarkObserverOverhead(b *testing.B) {
 		{"noop", []core.Option{core.WithObserver(func(context.Context, *core.Event) {})}},
 	}
 	for _, ex := range exporters {
-		observe, _ := ex.start(b, settings{})
+		install, _ := ex.start(b, settings{})
 		observers = append(observers, struct {
 			name string
 			opts []core.Option
-		}{ex.name, []core.Option{core.WithObserver(observe)}})
+		}{ex.name, []core.Option{install}})
 	}
 	open := core.TokenBucket(core.PerSecond(1_000_000_000), 1_000_000_000)
 	shut := core.TokenBucket(core.PerHour(1), 1)
@@ -115,8 +116,11 @@ func events(b *testing.B) map[string]*core.Event {
 func BenchmarkObserve(b *testing.B) {
 	ctx := context.Background()
 	evs := events(b)
-	for _, ex := range exporters {
-		observe, _ := ex.start(b, settings{})
+	for _, ex := range []struct {
+		name  string
+		start started
+	}{{"prometheus", startPrometheus}, {"otel", startOTel}} {
+		_, observe, _ := ex.start(b, settings{})
 		for _, name := range []string{"allowed", "denied", "timed"} {
 			e := evs[name]
 			b.Run(ex.name+"/"+name+"/serial", func(b *testing.B) {

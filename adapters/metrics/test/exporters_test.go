@@ -33,14 +33,35 @@ type settings struct {
 type exporter struct {
 	name string
 	// start makes the adapter's Metrics with s, failing the test if New
-	// fails, and returns its Observe and a reader of what it exports now,
-	// as series (see key).
-	start func(tb testing.TB, s settings) (core.Observer, func(testing.TB) map[string]float64)
+	// fails, and returns the limiter option that installs it (its Option,
+	// or its Observe through core.WithObserver) and a reader of what it
+	// exports now, as series (see key).
+	start func(tb testing.TB, s settings) (core.Option, func(testing.TB) map[string]float64)
 }
 
 var exporters = []exporter{
-	{name: "prometheus", start: startPrometheus},
-	{name: "otel", start: startOTel},
+	{name: "prometheus", start: byOption(startPrometheus)},
+	{name: "prometheus-observer", start: byObserver(startPrometheus)},
+	{name: "otel", start: byOption(startOTel)},
+	{name: "otel-observer", start: byObserver(startOTel)},
+}
+
+// started is what an adapter's start gives: its Option, its Observe, and
+// its reader.
+type started func(tb testing.TB, s settings) (core.Option, core.Observer, func(testing.TB) map[string]float64)
+
+func byOption(start started) func(testing.TB, settings) (core.Option, func(testing.TB) map[string]float64) {
+	return func(tb testing.TB, s settings) (core.Option, func(testing.TB) map[string]float64) {
+		opt, _, read := start(tb, s)
+		return opt, read
+	}
+}
+
+func byObserver(start started) func(testing.TB, settings) (core.Option, func(testing.TB) map[string]float64) {
+	return func(tb testing.TB, s settings) (core.Option, func(testing.TB) map[string]float64) {
+		_, observe, read := start(tb, s)
+		return core.WithObserver(observe), read
+	}
 }
 
 // options returns the options of s, made by an adapter's WithSources,
@@ -79,7 +100,7 @@ func le(bound float64) string { return pair("le", fmt.Sprint(bound)) }
 // startPrometheus registers the Metrics on a pedantic registry; reading
 // gathers it, writes the text exposition format and parses that back with
 // the Prometheus text parser, as a scrape would.
-func startPrometheus(tb testing.TB, s settings) (core.Observer, func(testing.TB) map[string]float64) {
+func startPrometheus(tb testing.TB, s settings) (core.Option, core.Observer, func(testing.TB) map[string]float64) {
 	tb.Helper()
 	m, err := promlimit.New(options(s, promlimit.WithSources, promlimit.WithBuckets, func(name, value string) promlimit.Option {
 		return promlimit.WithConstLabels(prometheus.Labels{name: value})
@@ -110,7 +131,7 @@ func startPrometheus(tb testing.TB, s settings) (core.Observer, func(testing.TB)
 		}
 		return promSeries(tb, parsed)
 	}
-	return m.Observe, read
+	return m.Option(), m.Observe, read
 }
 
 func promSeries(tb testing.TB, fams map[string]*dto.MetricFamily) map[string]float64 {
@@ -148,7 +169,7 @@ func promSeries(tb testing.TB, fams map[string]*dto.MetricFamily) map[string]flo
 
 // startOTel makes the Metrics on a meter of an SDK provider with a manual
 // reader; reading collects it.
-func startOTel(tb testing.TB, s settings) (core.Observer, func(testing.TB) map[string]float64) {
+func startOTel(tb testing.TB, s settings) (core.Option, core.Observer, func(testing.TB) map[string]float64) {
 	tb.Helper()
 	r := sdkmetric.NewManualReader()
 	opts := options(s, otellimit.WithSources, otellimit.WithBuckets, func(name, value string) otellimit.Option {
@@ -166,7 +187,7 @@ func startOTel(tb testing.TB, s settings) (core.Observer, func(testing.TB) map[s
 		}
 		return otelSeries(tb, &rm)
 	}
-	return m.Observe, read
+	return m.Option(), m.Observe, read
 }
 
 func otelSeries(tb testing.TB, rm *metricdata.ResourceMetrics) map[string]float64 {

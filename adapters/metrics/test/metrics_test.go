@@ -102,13 +102,13 @@ func checkBuckets(t *testing.T, got map[string]float64, labels []string, want []
 	}
 }
 
-func newLimiter(t testing.TB, observe core.Observer, rules []core.Rule, opts ...core.Option) *core.Limiter {
+func newLimiter(t testing.TB, install core.Option, rules []core.Rule, opts ...core.Option) *core.Limiter {
 	t.Helper()
 	p, err := core.NewPolicy(rules...)
 	if err != nil {
 		t.Fatalf("NewPolicy: %v", err)
 	}
-	l, err := core.NewLimiter(p, append([]core.Option{core.WithObserver(observe), core.WithLatencySampling(1)}, opts...)...)
+	l, err := core.NewLimiter(p, append([]core.Option{install, core.WithLatencySampling(1)}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewLimiter: %v", err)
 	}
@@ -132,13 +132,13 @@ var (
 func TestObserve(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		run  func(t *testing.T, observe core.Observer)
+		run  func(t *testing.T, install core.Option)
 		want map[string]float64
 	}{
 		{
 			name: "allowed and denied",
-			run: func(t *testing.T, observe core.Observer) {
-				allow(newLimiter(t, observe, []core.Rule{perUser}), alice, 3)
+			run: func(t *testing.T, install core.Option) {
+				allow(newLimiter(t, install, []core.Rule{perUser}), alice, 3)
 			},
 			want: map[string]float64{
 				"rate_limiter_requests_total":                                                 3,
@@ -151,8 +151,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "no rule applies",
-			run: func(t *testing.T, observe core.Observer) {
-				allow(newLimiter(t, observe, []core.Rule{perUser}), core.Request{IP: "192.0.2.1"}, 2)
+			run: func(t *testing.T, install core.Option) {
+				allow(newLimiter(t, install, []core.Rule{perUser}), core.Request{IP: "192.0.2.1"}, 2)
 			},
 			want: map[string]float64{
 				"rate_limiter_requests_total":                                      2,
@@ -162,9 +162,9 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "shadow rule",
-			run: func(t *testing.T, observe core.Observer) {
+			run: func(t *testing.T, install core.Option) {
 				shadow := core.Rule{Name: "per-ip", Scope: core.ScopeIP, Shadow: true, Limit: core.TokenBucket(core.PerHour(1), 1)}
-				allow(newLimiter(t, observe, []core.Rule{perUser, shadow}), alice, 4)
+				allow(newLimiter(t, install, []core.Rule{perUser, shadow}), alice, 4)
 			},
 			// per-ip would deny the second request on; per-user denies the third.
 			want: map[string]float64{
@@ -178,10 +178,10 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "two shadow rules: the longer retry names the denial",
-			run: func(t *testing.T, observe core.Observer) {
+			run: func(t *testing.T, install core.Option) {
 				fast := core.Rule{Name: "fast", Scope: core.ScopeIP, Shadow: true, Limit: core.TokenBucket(core.PerSecond(10), 1)}
 				slow := core.Rule{Name: "slow", Scope: core.ScopeUser, Shadow: true, Limit: core.TokenBucket(core.PerMinute(1), 1)}
-				allow(newLimiter(t, observe, []core.Rule{fast, slow}), alice, 3)
+				allow(newLimiter(t, install, []core.Rule{fast, slow}), alice, 3)
 			},
 			want: map[string]float64{
 				"rate_limiter_requests_total":                                                    3,
@@ -192,8 +192,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "fail open",
-			run: func(t *testing.T, observe core.Observer) {
-				allow(newLimiter(t, observe, []core.Rule{perUser}, core.WithStore(failingStore{errDown})), alice, 2)
+			run: func(t *testing.T, install core.Option) {
+				allow(newLimiter(t, install, []core.Rule{perUser}, core.WithStore(failingStore{errDown})), alice, 2)
 			},
 			want: map[string]float64{
 				"rate_limiter_requests_total":                                       2,
@@ -204,8 +204,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "fail closed",
-			run: func(t *testing.T, observe core.Observer) {
-				l := newLimiter(t, observe, []core.Rule{perUser}, core.WithStore(failingStore{errDown}), core.WithFailureMode(core.FailClosed))
+			run: func(t *testing.T, install core.Option) {
+				l := newLimiter(t, install, []core.Rule{perUser}, core.WithStore(failingStore{errDown}), core.WithFailureMode(core.FailClosed))
 				allow(l, alice, 1)
 			},
 			want: map[string]float64{
@@ -217,8 +217,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "fallback denies",
-			run: func(t *testing.T, observe core.Observer) {
-				l := newLimiter(t, observe, []core.Rule{perUser}, core.WithStore(failingStore{errDown}), core.WithFailureMode(core.FailFallback))
+			run: func(t *testing.T, install core.Option) {
+				l := newLimiter(t, install, []core.Rule{perUser}, core.WithStore(failingStore{errDown}), core.WithFailureMode(core.FailFallback))
 				allow(l, alice, 3)
 			},
 			want: map[string]float64{
@@ -232,9 +232,9 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "breaker open",
-			run: func(t *testing.T, observe core.Observer) {
+			run: func(t *testing.T, install core.Option) {
 				open := failingStore{fmt.Errorf("redis: %w", core.ErrBreakerOpen)}
-				allow(newLimiter(t, observe, []core.Rule{perUser}, core.WithStore(open)), alice, 2)
+				allow(newLimiter(t, install, []core.Rule{perUser}, core.WithStore(open)), alice, 2)
 			},
 			want: map[string]float64{
 				"rate_limiter_requests_total":                                       2,
@@ -245,8 +245,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "bad input and a canceled caller",
-			run: func(t *testing.T, observe core.Observer) {
-				l := newLimiter(t, observe, []core.Rule{perUser}, core.WithStore(failingStore{errDown}))
+			run: func(t *testing.T, install core.Option) {
+				l := newLimiter(t, install, []core.Rule{perUser}, core.WithStore(failingStore{errDown}))
 				l.AllowAt(context.Background(), t0, alice, -1)
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
@@ -262,8 +262,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "breaker open and bad input",
-			run: func(t *testing.T, observe core.Observer) {
-				l := newLimiter(t, observe, []core.Rule{perUser}, core.WithStore(failingStore{fmt.Errorf("redis: %w", core.ErrBreakerOpen)}))
+			run: func(t *testing.T, install core.Option) {
+				l := newLimiter(t, install, []core.Rule{perUser}, core.WithStore(failingStore{fmt.Errorf("redis: %w", core.ErrBreakerOpen)}))
 				allow(l, alice, 1)
 				l.AllowAt(context.Background(), t0, alice, -1)
 			},
@@ -279,8 +279,8 @@ func TestObserve(t *testing.T) {
 		},
 		{
 			name: "policy replaced: a rule keeps its series",
-			run: func(t *testing.T, observe core.Observer) {
-				l := newLimiter(t, observe, []core.Rule{perUser})
+			run: func(t *testing.T, install core.Option) {
+				l := newLimiter(t, install, []core.Rule{perUser})
 				allow(l, alice, 3)
 				p, err := core.NewPolicy(core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerHour(1), 1)})
 				if err != nil {
@@ -302,8 +302,8 @@ func TestObserve(t *testing.T) {
 	} {
 		for _, ex := range exporters {
 			t.Run(ex.name+"/"+tc.name, func(t *testing.T) {
-				observe, read := ex.start(t, settings{})
-				tc.run(t, observe)
+				install, read := ex.start(t, settings{})
+				tc.run(t, install)
 				got := read(t)
 				checkExact(t, got, tc.want)
 				for _, kind := range errorKinds {
@@ -336,12 +336,12 @@ func TestSourcesAndLabels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			observe, read := ex.start(t, settings{
+			install, read := ex.start(t, settings{
 				sources: []core.MetricSource{store, gaugeSource{}},
 				label:   [2]string{"limiter", "api"},
 				buckets: []float64{0.001, 1},
 			})
-			l := newLimiter(t, observe, []core.Rule{perUser}, core.WithStore(store))
+			l := newLimiter(t, install, []core.Rule{perUser}, core.WithStore(store))
 			allow(l, alice, 1)
 			allow(l, core.Request{User: "bob"}, 1)
 			got := read(t)
@@ -366,9 +366,9 @@ func TestSourcesAndLabels(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	for _, ex := range exporters {
 		t.Run(ex.name, func(t *testing.T) {
-			observe, read := ex.start(t, settings{})
+			install, read := ex.start(t, settings{})
 			const burst, goroutines, each = 100, 16, 50
-			l := newLimiter(t, observe, []core.Rule{{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerHour(1), burst)}})
+			l := newLimiter(t, install, []core.Rule{{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerHour(1), burst)}})
 			var wg sync.WaitGroup
 			for range goroutines {
 				wg.Go(func() { allow(l, core.Request{}, each) })

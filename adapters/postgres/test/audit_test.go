@@ -39,13 +39,21 @@ func closeAudit(t testing.TB, a *pglimit.Audit) {
 }
 
 // auditedLimiter makes a limiter on its own memory store with the audit's
-// observer.
+// Option, none if a is nil.
 func auditedLimiter(t testing.TB, a *pglimit.Audit, rules ...core.Rule) *core.Limiter {
 	t.Helper()
 	if a == nil {
 		return newObserved(t, nil, rules...)
 	}
-	return newObserved(t, a.Observe, rules...)
+	p, err := core.NewPolicy(rules...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := core.NewLimiter(p, a.Option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // oneThenDeny admits one request per identity an hour.

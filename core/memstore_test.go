@@ -1,0 +1,212 @@
+package core
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestMemoryStoreExactUnderContention: one-bucket takes (the
+// compare-and-swap path) and two-bucket takes (the locking path) race on one
+// hot bucket while other goroutines insert, reclaim, read and reset other
+// keys. Time stands still, so the hot bucket admits exactly its burst:
+// every token goes to exactly one take, and the second bucket of the
+// two-bucket takes admits no more than its own burst.
+func TestMemoryStoreExactUnderContention(t *testing.T) {
+	clock := NewManualClock(time.Unix(1_700_000_000, 0))
+	s, err := NewMemoryStore(WithClock(clock), WithShards(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := TokenBucket(PerHour(1), 500)
+	pair := TokenBucket(PerHour(1), 150)
+	win := FixedWindow(1000, time.Hour)
+	for _, l := range []*Limit{&hot, &pair, &win} {
+		if err := l.validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var singles, pairs, wins atomic.Int64
+	var wg sync.WaitGroup
+	take := func(tk *Take) bool {
+		t.Helper()
+		if err := s.Take(context.Background(), tk); err != nil {
+			t.Error(err)
+			return false
+		}
+		ok := true
+		for _, st := range tk.States {
+			ok = ok && st.Allowed
+		}
+		return ok
+	}
+	const workers = 8
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for denied := 0; denied < 200; {
+				var tk *Take
+				switch g % 3 {
+				case 0:
+					tk = &Take{Cost: 1, Buckets: []Bucket{{Rule: "hot", Key: "k", Limit: &hot}}, States: make([]BucketState, 1)}
+				case 1:
+					tk = &Take{Cost: 1, Buckets: []Bucket{{Rule: "pair", Key: "k", Limit: &pair}, {Rule: "hot", Key: "k", Limit: &hot}}, States: make([]BucketState, 2)}
+				default:
+					tk = &Take{Cost: 1, Buckets: []Bucket{{Rule: "hot", Key: "k", Limit: &hot}, {Rule: "win", Key: "k", Limit: &win}}, States: make([]BucketState, 2)}
+				}
+				if !take(tk) {
+					denied++
+					continue
+				}
+				switch g % 3 {
+				case 0:
+					singles.Add(1)
+				case 1:
+					pairs.Add(1)
+				default:
+					wins.Add(1)
+				}
+			}
+		}()
+	}
+	// Churn elsewhere: new keys (inserts, resizes), reads, resets, reclaims.
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	churn.Add(1)
+	go func() {
+		defer churn.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := "other-" + strconv.Itoa(i)
+			take(&Take{Cost: 1, Buckets: []Bucket{{Rule: "hot", Key: key, Limit: &hot}}, States: make([]BucketState, 1)})
+			take(&Take{Cost: 0, Buckets: []Bucket{{Rule: "hot", Key: "k", Limit: &hot}, {Rule: "pair", Key: key, Limit: &pair}}, States: make([]BucketState, 2)})
+			if i%7 == 0 {
+				if err := s.Reset(context.Background(), "hot", "other-"+strconv.Itoa(i/2)); err != nil {
+					t.Error(err)
+				}
+				s.Reclaim()
+				_ = s.Stats()
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+	if got := singles.Load() + pairs.Load() + wins.Load(); got != 500 {
+		t.Errorf("the hot bucket admitted %d (%d alone, %d with pair, %d with win), want exactly its burst of 500", got, singles.Load(), pairs.Load(), wins.Load())
+	}
+	if pairs.Load() > 150 {
+		t.Errorf("the pair bucket admitted %d, more than its burst of 150", pairs.Load())
+	}
+	// The buckets hold what was taken: a read sees none left in the hot one.
+	tk := &Take{Buckets: []Bucket{{Rule: "hot", Key: "k", Limit: &hot}, {Rule: "pair", Key: "k", Limit: &pair}, {Rule: "win", Key: "k", Limit: &win}}, States: make([]BucketState, 3)}
+	take(tk)
+	if tk.States[0].Remaining != 0 || tk.States[1].Remaining != 150-pairs.Load() || tk.States[2].Remaining != 1000-wins.Load() {
+		t.Errorf("after the race: remaining %d/%d/%d, want 0/%d/%d", tk.States[0].Remaining, tk.States[1].Remaining, tk.States[2].Remaining, 150-pairs.Load(), 1000-wins.Load())
+	}
+}
+
+// TestMemoryStoreLimitChangeUnderContention: takes of one bucket under two
+// limits with the same burst and different rates race, so that entries are
+// replaced while others decide on them. Time stands still and a changed
+// limit keeps the bucket's share, so no more than the burst is admitted,
+// and the store's rounding (up, never down) loses at most a few tokens.
+func TestMemoryStoreLimitChangeUnderContention(t *testing.T) {
+	clock := NewManualClock(time.Unix(1_700_000_000, 0))
+	s, err := NewMemoryStore(WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := TokenBucket(PerHour(100), 100), TokenBucket(PerMinute(100), 100)
+	for _, l := range []*Limit{&a, &b} {
+		if err := l.validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := &a
+			if g%2 == 1 {
+				l = &b
+			}
+			for denied := 0; denied < 100; {
+				tk := &Take{Cost: 1, Buckets: []Bucket{{Rule: "r", Key: "k", Limit: l}}, States: make([]BucketState, 1)}
+				if err := s.Take(context.Background(), tk); err != nil {
+					t.Error(err)
+					return
+				}
+				if tk.States[0].Allowed {
+					admitted.Add(1)
+				} else {
+					denied++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := admitted.Load(); n > 100 || n < 95 {
+		t.Errorf("admitted %d under two limits of burst 100, want 95 to 100", n)
+	}
+	if k := s.Stats().Keys; k != 1 {
+		t.Errorf("Stats().Keys = %d after the race, want 1: a replaced entry is dropped", k)
+	}
+}
+
+// TestTiersAllocs: a decision on up to eight tiers, on existing buckets of
+// the memory store, allocates nothing: the tiers live on the stack and in
+// the Decision.
+func TestTiersAllocs(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 8} {
+		var rules []Rule
+		for i := range n {
+			rules = append(rules, Rule{Name: "r" + strconv.Itoa(i), Scope: ScopeUser, Limit: TokenBucket(PerSecond(1<<20), 1<<30)})
+		}
+		l := newTestLimiter(t, nil, rules...)
+		ctx := context.Background()
+		req := Request{User: "alice"}
+		d, _ := l.Allow(ctx, req)
+		if d.NumTiers() != n {
+			t.Fatalf("%d rules: %d tiers", n, d.NumTiers())
+		}
+		if got := testing.AllocsPerRun(100, func() { l.Allow(ctx, req) }); got != 0 {
+			t.Errorf("%d tiers: Allow makes %v allocations, want 0", n, got)
+		}
+	}
+}
+
+// TestDecisionTiers: the tiers a Decision holds, inline up to eight and
+// beyond, read back through TierAt and Tiers as decided.
+func TestDecisionTiers(t *testing.T) {
+	for _, n := range []int{1, 8, 9} {
+		var rules []Rule
+		for i := range n {
+			rules = append(rules, Rule{Name: "r" + strconv.Itoa(i), Scope: ScopeUser, Limit: TokenBucket(PerHour(1), int64(10+i)), Shadow: i == 1})
+		}
+		l := newTestLimiter(t, nil, rules...)
+		d, _ := l.Allow(context.Background(), Request{User: "alice"})
+		tiers := d.Tiers()
+		if len(tiers) != n || d.NumTiers() != n {
+			t.Fatalf("%d rules: Tiers() has %d, NumTiers() %d", n, len(tiers), d.NumTiers())
+		}
+		for i, ts := range tiers {
+			if ts != d.TierAt(i) || ts.Rule.Name != "r"+strconv.Itoa(i) || !ts.Allowed || ts.Remaining != int64(9+i) || ts.Shadow != (i == 1) || ts.Limit.Burst() != int64(10+i) {
+				t.Errorf("%d rules: tier %d = %+v", n, i, ts)
+			}
+		}
+		if z := d.TierAt(n); z != (TierState{}) {
+			t.Errorf("TierAt(%d) = %+v, want the zero TierState", n, z)
+		}
+	}
+}
