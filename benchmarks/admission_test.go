@@ -31,7 +31,7 @@ type admissionRow struct {
 // admit runs the test on im.
 func admit(im impl) admissionRow {
 	ctx := context.Background()
-	s := newSubject("admission")
+	s := newSubject("admission", 1)
 	var admitted, errs atomic.Int64
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -70,7 +70,7 @@ func TestAdmissionMemory(t *testing.T) {
 	var rows []admissionRow
 	for _, mb := range memoryBuilders {
 		t.Run("impl="+mb.name, func(t *testing.T) {
-			r := admit(mb.build(t, admissionQuota, 1))
+			r := admit(mb.build(t, admissionQuota, 1, 1))
 			r.store, r.impl = "memory", mb.name
 			rows = append(rows, r)
 			checkOurs(t, r)
@@ -90,7 +90,7 @@ func TestAdmissionRedis(t *testing.T) {
 		}
 		t.Run("impl="+rb.name, func(t *testing.T) {
 			flushAll(t, srv)
-			r := admit(rb.build(t, srv.Addr, new(sent), admissionQuota, 1, false))
+			r := admit(rb.build(t, standaloneTarget(srv), new(sent), admissionQuota, 1, false))
 			r.store, r.impl = "redis", rb.name
 			rows = append(rows, r)
 			checkOurs(t, r)

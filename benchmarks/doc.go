@@ -1,12 +1,18 @@
 // Package benchmarks compares this project's limiter with peer libraries:
 // speed (go test -bench) and correctness under concurrency (TestAdmission*).
 // It is a module of its own, so that no peer library ever enters the
-// requirements of a library module; it runs outside the workspace, through
-// its replace directives:
+// requirements of a library module. It runs in the workspace, so that our
+// modules are those of the working tree (make bench and make bench-report
+// run these from the repository root):
 //
-//	cd benchmarks && GOWORK=off go test -run '^$' -bench . -benchmem .
-//	cd benchmarks && GOWORK=off go test -run '^TestAdmission' -v .
-//	cd benchmarks && GOWORK=off go run ./cmd/report -bench bench.txt
+//	cd benchmarks && go test -run '^$' -bench . -benchmem -timeout 0 .
+//	cd benchmarks && go test -run '^TestAdmission' -v .
+//	cd benchmarks && go run ./cmd/report results/bench.txt
+//
+// cmd/report prints, per scenario, our fastest implementation against the
+// fastest peer, and checks the targets of issue 12 (see its targets.go):
+// each gets a verdict, met or the measured ratio and how far it is from
+// the one asked.
 //
 // # Names
 //
@@ -15,12 +21,28 @@
 // cmd/report (and benchstat -col /impl) can pair ours with the peers. Impl
 // names starting with "ours" are this project, names starting with
 // "ceiling_" are reference points that decide nothing (a bare PING, or our
-// script sent alone, one EVALSHA per decision), and every other name is a
-// peer library. cmd/report handles any group with that shape, so the HTTP
-// middleware comparisons (BenchmarkMiddleware/<Scenario>/impl=ours_gin,
-// impl=ours_fiber, impl=ours_nethttp against the peers' middleware) belong
-// in a middleware_test.go here once those adapters exist, with no change to
-// the report.
+// script sent alone, one EVALSHA per decision), "bare" is a route with no
+// limiter (BenchmarkMiddleware), and every other name is a peer library.
+//
+// # Scenarios
+//
+// Memory (BenchmarkMemory), at g=1 (a plain loop) and g=2: a hot key
+// allowed and denied, 100k scattered keys (g=2), three tiers, eight tiers
+// (g=1; per-ip and four custom dimensions beside per-user, per-endpoint and
+// global, for the allocation target), and 1M keys (g=2), which also
+// reports B/key: the heap in use after a collection once the million
+// buckets exist, less that before the implementation was built, per key.
+//
+// Redis (BenchmarkRedis), at 1, 16 and 64 goroutines on one local
+// redis-server: a hot key, a deny flood, 10k keys, three tiers; and
+// ThreeTierCluster, at 1 and 64 goroutines on a local Cluster of 3 masters,
+// where each implementation's three keys are checked to lie in three hash
+// slots. The ceilings run on the single server only.
+//
+// Middleware (BenchmarkMiddleware), serial and parallel, on the memory
+// store: gin against ulule's gin middleware, net/http against httprate,
+// fiber against fiber's own limiter, each beside a bare route of the same
+// framework, so that the report compares what each middleware adds.
 //
 // # Fairness
 //
@@ -35,13 +57,15 @@
 // limits; none of them can do it atomically.
 //
 // Reported metrics besides ns/op, B/op and allocs/op: decisions/s
-// (decisions without error per second of wall time) and errors/op; for
+// (decisions without error per second of wall time), errors/op, B/key
+// (1M keys); for
 // Redis also cmds/decision (the commands an implementation's clients sent,
 // counted by a go-redis hook or a rueidis wrapper: a script call is one, a
 // read from rueidis's client-side cache none), redis-cmds/decision (every
 // command Redis ran, including inside scripts, from INFO commandstats),
 // local-share (the fraction of decisions answered without a round trip,
 // from our stores' counters), and the CPU time per decision of redis-server
-// (INFO cpu) and of the benchmark process (getrusage), which tell on a small
-// machine which side is the bottleneck.
+// (INFO cpu, summed over the masters of a Cluster) and of the benchmark
+// process (getrusage), which tell on a small machine which side is the
+// bottleneck.
 package benchmarks

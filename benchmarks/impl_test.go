@@ -63,31 +63,78 @@ func (q quota) coreLimit() core.Limit {
 	return core.TokenBucket(core.Rate{N: q.n, Per: q.period}, q.n)
 }
 
+// maxTiers is the most tiers a scenario checks.
+const maxTiers = 8
+
+// tierDefs are the tiers of a scenario of n tiers, its first n: our rule
+// and its scope. The first three are the usual per-user, per-endpoint and
+// global tiers; the others, for the eight-tier allocation check, are per-ip
+// and four custom dimensions.
+var tierDefs = [maxTiers]struct {
+	rule  string
+	scope core.Scope
+}{
+	{"per-user", core.ScopeUser},
+	{"per-endpoint", core.ScopeEndpoint},
+	{"global", core.ScopeGlobal},
+	{"per-ip", core.ScopeIP},
+	{"per-tenant", core.Dimension("tenant")},
+	{"per-region", core.Dimension("region")},
+	{"per-app", core.Dimension("app")},
+	{"per-device", core.Dimension("device")},
+}
+
 // subject is one caller: the identities our limiter reads from a
 // core.Request, and the same identities as one key per tier, prefixed so
 // that tiers never share a key, for the peers that take a key string.
-// Keys are built once, before the timed loop.
+// Keys and dimensions are built once, before the timed loop.
 type subject struct {
-	user, endpoint string
-	keys           [3]string // per-user, per-endpoint, global
+	user, endpoint, ip string
+	dims               []core.Dim // tenant, region, app, device: tiers 5 to 8
+	keys               []string   // one per tier, in the order of tierDefs
 }
 
 // benchEndpoint is the endpoint of every subject.
 const benchEndpoint = "GET /items/{id}"
 
-func newSubject(user string) subject {
-	return subject{
-		user:     user,
-		endpoint: benchEndpoint,
-		keys:     [3]string{"user:" + user, "endpoint:" + benchEndpoint, "global"},
+// newSubject returns the subject of user with the keys of the first tiers
+// tiers (1 to maxTiers).
+func newSubject(user string, tiers int) subject {
+	s := subject{user: user, endpoint: benchEndpoint}
+	if tiers > 3 {
+		s.ip = "192.0.2.7"
 	}
+	if tiers > 4 {
+		s.dims = []core.Dim{
+			{Name: "tenant", Value: "acme"},
+			{Name: "region", Value: "eu-west"},
+			{Name: "app", Value: "web"},
+			{Name: "device", Value: "d-" + user},
+		}[:tiers-4]
+	}
+	all := [maxTiers]func() string{
+		func() string { return "user:" + user },
+		func() string { return "endpoint:" + benchEndpoint },
+		func() string { return "global" },
+		func() string { return "ip:" + s.ip },
+		func() string { return "tenant:" + s.dims[0].Value },
+		func() string { return "region:" + s.dims[1].Value },
+		func() string { return "app:" + s.dims[2].Value },
+		func() string { return "device:" + s.dims[3].Value },
+	}
+	s.keys = make([]string, tiers)
+	for i := range s.keys {
+		s.keys[i] = all[i]()
+	}
+	return s
 }
 
-// subjects returns n subjects with distinct users.
-func subjects(n int) []subject {
+// subjects returns n subjects with distinct users, with the keys of tiers
+// tiers.
+func subjects(n, tiers int) []subject {
 	s := make([]subject, n)
 	for i := range s {
-		s[i] = newSubject("u" + strconv.Itoa(i))
+		s[i] = newSubject("u"+strconv.Itoa(i), tiers)
 	}
 	return s
 }
@@ -106,23 +153,24 @@ type statser interface {
 	decisions() (local, total int64)
 }
 
-// builder names an in-memory implementation and builds it for a quota and a
-// number of tiers, registering its cleanup with tb. oneKey marks an
-// implementation without keys, which only scenarios with one subject use.
+// builder names an in-memory implementation and builds it for a quota, a
+// number of tiers and the number of keys the scenario visits (for the
+// implementations whose key bound must hold them all), registering its
+// cleanup with tb. oneKey marks an implementation without keys, which only
+// scenarios with one subject use.
 type builder struct {
 	name   string
-	build  func(tb testing.TB, q quota, tiers int) impl
+	build  func(tb testing.TB, q quota, tiers, keys int) impl
 	oneKey bool
 }
 
 // coreRules returns one rule per tier, all of quota q.
 func coreRules(q quota, tiers int) []core.Rule {
-	all := []core.Rule{
-		{Name: "per-user", Scope: core.ScopeUser, Limit: q.coreLimit()},
-		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: q.coreLimit()},
-		{Name: "global", Scope: core.ScopeGlobal, Limit: q.coreLimit()},
+	rules := make([]core.Rule, tiers)
+	for i := range rules {
+		rules[i] = core.Rule{Name: tierDefs[i].rule, Scope: tierDefs[i].scope, Limit: q.coreLimit()}
 	}
-	return all[:tiers]
+	return rules
 }
 
 // ours is this project's core.Limiter, on whatever store it was built with.
@@ -150,6 +198,9 @@ func (o *ours) allow(ctx context.Context, s *subject) (bool, error) {
 	if o.tiers > 1 {
 		req.Endpoint = s.endpoint
 	}
+	if o.tiers > 3 {
+		req.IP, req.Dims = s.ip, s.dims
+	}
 	d, err := o.l.Allow(ctx, req)
 	if err == nil && d.Err != nil {
 		// The default FailOpen reports a store failure in the decision;
@@ -168,15 +219,15 @@ func (o *ours) decisions() (local, total int64) {
 
 // memoryBuilders are the in-memory implementations, ours first.
 var memoryBuilders = []builder{
-	{name: "ours", build: func(tb testing.TB, q quota, tiers int) impl {
-		return newOurs(tb, q, tiers)
-	}},
+	// The store's default bound, 1,000,000 buckets, holds the 1M-key
+	// scenario's keys without evicting.
+	{name: "ours", build: func(tb testing.TB, q quota, tiers, _ int) impl { return newOurs(tb, q, tiers) }},
 	{name: "xrate_single", build: newXrateSingle, oneKey: true},
-	{name: "xrate_syncmap", build: func(tb testing.TB, q quota, tiers int) impl {
+	{name: "xrate_syncmap", build: func(tb testing.TB, q quota, tiers, _ int) impl {
 		return &xrateSyncMap{limit: rate.Limit(q.perSecond()), burst: int(q.n), tiers: tiers}
 	}},
 	{name: "golimiter", build: newGoLimiter},
-	{name: "ulule", build: func(tb testing.TB, q quota, tiers int) impl {
+	{name: "ulule", build: func(tb testing.TB, q quota, tiers, _ int) impl {
 		// The README's memory store, defaults included.
 		l := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: q.period, Limit: q.n})
 		return &ululeImpl{l: l, tiers: tiers}
@@ -189,7 +240,7 @@ var memoryBuilders = []builder{
 // floor of what a token bucket costs, for scenarios with a single key.
 type xrateSingle struct{ l []*rate.Limiter }
 
-func newXrateSingle(tb testing.TB, q quota, tiers int) impl {
+func newXrateSingle(tb testing.TB, q quota, tiers, _ int) impl {
 	x := &xrateSingle{}
 	for range tiers {
 		x.l = append(x.l, rate.NewLimiter(rate.Limit(q.perSecond()), int(q.n)))
@@ -242,7 +293,7 @@ type goLimiter struct {
 	tiers int
 }
 
-func newGoLimiter(tb testing.TB, q quota, tiers int) impl {
+func newGoLimiter(tb testing.TB, q quota, tiers, _ int) impl {
 	tb.Helper()
 	st, err := memorystore.New(&memorystore.Config{Tokens: uint64(q.n), Interval: q.period})
 	if err != nil {
@@ -291,12 +342,17 @@ func throttledQuota(q quota) throttled.RateQuota {
 	return throttled.RateQuota{MaxRate: throttled.PerDuration(int(q.n), q.period), MaxBurst: int(q.n) - 1}
 }
 
-func newThrottledMemory(tb testing.TB, q quota, tiers int) impl {
+func newThrottledMemory(tb testing.TB, q quota, tiers, keys int) impl {
 	tb.Helper()
 	// The README builds memstore.NewCtx(65536), an LRU of 65536 keys; the
 	// 100k-key scenario would then evict on every request, so the bound is
-	// raised to 2^17 to hold every key, as every other store does.
-	st, err := memstore.NewCtx(1 << 17)
+	// raised to the next power of two that holds every key of the scenario
+	// (2^17 for 100k, 2^20 for 1M), as every other store holds them.
+	size := 65536
+	for size < keys*tiers {
+		size *= 2
+	}
+	st, err := memstore.NewCtx(size)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -326,7 +382,7 @@ type tollboothImpl struct {
 	tiers int
 }
 
-func newTollbooth(tb testing.TB, q quota, tiers int) impl {
+func newTollbooth(tb testing.TB, q quota, tiers, _ int) impl {
 	l := tollbooth.NewLimiter(q.perSecond(), nil).SetBurst(int(q.n))
 	return &tollboothImpl{l: l, tiers: tiers}
 }

@@ -8,13 +8,17 @@ import (
 	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
-// The Redis server every Redis benchmark and test of this binary shares,
-// started on first use and stopped by TestMain.
+// The Redis server and Cluster every Redis benchmark and test of this
+// binary shares, each started on first use and stopped by TestMain.
 var shared struct {
 	sync.Mutex
 	srv  *redistest.Server
 	stop func()
 	err  error
+
+	cluster     *redistest.ClusterServer
+	stopCluster func()
+	clusterErr  error
 }
 
 // redisServer returns the shared server, starting it on first use. It
@@ -32,11 +36,29 @@ func redisServer(tb testing.TB) *redistest.Server {
 	return shared.srv
 }
 
+// redisCluster returns the shared Cluster of 3 masters, starting it on
+// first use. It fails tb if the Cluster cannot start.
+func redisCluster(tb testing.TB) *redistest.ClusterServer {
+	tb.Helper()
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.cluster == nil && shared.clusterErr == nil {
+		shared.cluster, shared.stopCluster, shared.clusterErr = redistest.StartCluster()
+	}
+	if shared.clusterErr != nil {
+		tb.Fatalf("start a Redis Cluster: %v", shared.clusterErr)
+	}
+	return shared.cluster
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	shared.Lock()
 	if shared.stop != nil {
 		shared.stop()
+	}
+	if shared.stopCluster != nil {
+		shared.stopCluster()
 	}
 	shared.Unlock()
 	os.Exit(code)

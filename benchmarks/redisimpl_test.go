@@ -20,6 +20,7 @@ import (
 	rlrueidis "github.com/bucketry/ratelimit/adapters/rueidis"
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/internal/redisscript"
+	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
 // goRedisPoolSize is the connection pool of every go-redis client here. The
@@ -35,8 +36,33 @@ const goRedisPoolSize = 128
 // inside Redis, which it counts too.
 type sent struct{ atomic.Int64 }
 
-func newGoRedis(tb testing.TB, addr string, n *sent) *redis.Client {
-	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr, PoolSize: goRedisPoolSize})
+// redisTarget is where the Redis implementations of a scenario connect:
+// one standalone server, or a Cluster through the seed addresses of its
+// masters. nodes are the servers whose statistics and data a run reads and
+// resets: the server, or the masters.
+type redisTarget struct {
+	addrs   []string
+	cluster bool
+	nodes   []*redistest.Server
+}
+
+func standaloneTarget(srv *redistest.Server) redisTarget {
+	return redisTarget{addrs: []string{srv.Addr}, nodes: []*redistest.Server{srv}}
+}
+
+func clusterTarget(c *redistest.ClusterServer) redisTarget {
+	return redisTarget{addrs: c.Addrs(), cluster: true, nodes: c.Masters}
+}
+
+// newGoRedis returns a go-redis client of tgt, a *redis.Client or a
+// *redis.ClusterClient, counting commands into n.
+func newGoRedis(tb testing.TB, tgt redisTarget, n *sent) redis.UniversalClient {
+	var c redis.UniversalClient
+	if tgt.cluster {
+		c = redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: tgt.addrs, PoolSize: goRedisPoolSize})
+	} else {
+		c = redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: tgt.addrs[0], PoolSize: goRedisPoolSize})
+	}
 	c.AddHook(goRedisCounter{n})
 	tb.Cleanup(func() { c.Close() })
 	return c
@@ -61,11 +87,12 @@ func (h goRedisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
-// newRueidis returns a rueidis client with its defaults (client-side
-// caching on, concurrent calls pipelined), counting commands into n.
-func newRueidis(tb testing.TB, addr string, n *sent) rueidis.Client {
+// newRueidis returns a rueidis client of tgt with its defaults (client-side
+// caching on, concurrent calls pipelined; a Cluster is recognized from the
+// seed addresses), counting commands into n.
+func newRueidis(tb testing.TB, tgt redisTarget, n *sent) rueidis.Client {
 	tb.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: tgt.addrs})
 	if err != nil {
 		tb.Fatalf("rueidis.NewClient: %v", err)
 	}
@@ -107,21 +134,24 @@ func (c rueidisCounter) DoMultiCache(ctx context.Context, multi ...rueidis.Cache
 	return rs
 }
 
-// redisBuilder builds an implementation on the Redis server at addr whose
-// clients count their commands into n. deny tells the ceilings, which
-// decide nothing, what to answer.
+// redisBuilder builds an implementation on tgt whose clients count their
+// commands into n. deny tells the ceilings, which decide nothing, what to
+// answer. standaloneOnly marks an implementation that cannot run on a
+// Cluster: the ceilings, whose single multi-key call or bare PING would
+// not be the same work there.
 type redisBuilder struct {
-	name  string
-	build func(tb testing.TB, addr string, n *sent, q quota, tiers int, deny bool) impl
+	name           string
+	build          func(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, deny bool) impl
+	standaloneOnly bool
 }
 
 // redisBuilders are the Redis implementations: ours, the peers, then the
 // ceilings.
 var redisBuilders = []redisBuilder{
-	{"ours_goredis", func(tb testing.TB, addr string, n *sent, q quota, tiers int, _ bool) impl {
+	{name: "ours_goredis", build: func(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, _ bool) impl {
 		// As the package documentation recommends for a service that sees
 		// abusive clients: local denials on.
-		st, err := goredis.New(newGoRedis(tb, addr, n), goredis.WithLocalDenials())
+		st, err := goredis.New(newGoRedis(tb, tgt, n), goredis.WithLocalDenials())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -132,8 +162,8 @@ var redisBuilders = []redisBuilder{
 		}
 		return o
 	}},
-	{"ours_rueidis", func(tb testing.TB, addr string, n *sent, q quota, tiers int, _ bool) impl {
-		st, err := rlrueidis.New(newRueidis(tb, addr, n), rlrueidis.WithLocalDenials())
+	{name: "ours_rueidis", build: func(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, _ bool) impl {
+		st, err := rlrueidis.New(newRueidis(tb, tgt, n), rlrueidis.WithLocalDenials())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -144,29 +174,35 @@ var redisBuilders = []redisBuilder{
 		}
 		return o
 	}},
-	{"redis_rate", func(tb testing.TB, addr string, n *sent, q quota, tiers int, _ bool) impl {
-		return &redisRate{l: redis_rate.NewLimiter(newGoRedis(tb, addr, n)), limit: redisRateLimit(q), tiers: tiers}
+	{name: "redis_rate", build: func(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, _ bool) impl {
+		return &redisRate{l: redis_rate.NewLimiter(newGoRedis(tb, tgt, n)), limit: redisRateLimit(q), tiers: tiers}
 	}},
-	{"redis_rate_autopipeline", func(tb testing.TB, addr string, n *sent, q quota, tiers int, _ bool) impl {
+	{name: "redis_rate_autopipeline", build: func(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, _ bool) impl {
 		// go-redis's AutoPipeliner (EXPERIMENTAL in go-redis v9.23): the
 		// same commands, batched across concurrent callers.
-		ap, err := newGoRedis(tb, addr, n).AutoPipeline()
+		c, ok := newGoRedis(tb, tgt, n).(interface {
+			AutoPipeline() (*redis.AutoPipeliner, error)
+		})
+		if !ok {
+			tb.Fatal("the go-redis client has no AutoPipeline")
+		}
+		ap, err := c.AutoPipeline()
 		if err != nil {
 			tb.Fatalf("AutoPipeline: %v", err)
 		}
 		tb.Cleanup(func() { ap.Close() })
 		return &redisRate{l: redis_rate.NewLimiter(ap), limit: redisRateLimit(q), tiers: tiers}
 	}},
-	{"ulule_redis", func(tb testing.TB, addr string, n *sent, q quota, tiers int, _ bool) impl {
+	{name: "ulule_redis", build: func(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, _ bool) impl {
 		// As the README's example: NewStoreWithOptions with a prefix.
-		st, err := ulredis.NewStoreWithOptions(newGoRedis(tb, addr, n), ulule.StoreOptions{Prefix: "ulule", MaxRetry: 3})
+		st, err := ulredis.NewStoreWithOptions(newGoRedis(tb, tgt, n), ulule.StoreOptions{Prefix: "ulule", MaxRetry: 3})
 		if err != nil {
 			tb.Fatal(err)
 		}
 		return &ululeImpl{l: ulule.New(st, ulule.Rate{Period: q.period, Limit: q.n}), tiers: tiers}
 	}},
-	{"throttled_goredis", func(tb testing.TB, addr string, n *sent, q quota, tiers int, _ bool) impl {
-		st, err := throttledredis.NewCtx(newGoRedis(tb, addr, n), "throttled:")
+	{name: "throttled_goredis", build: func(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, _ bool) impl {
+		st, err := throttledredis.NewCtx(newGoRedis(tb, tgt, n), "throttled:")
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -176,10 +212,10 @@ var redisBuilders = []redisBuilder{
 		}
 		return &throttledImpl{rl: rl, tiers: tiers}
 	}},
-	{"ceiling_evalsha", newCeilingEvalsha},
-	{"ceiling_ping", func(tb testing.TB, addr string, n *sent, _ quota, _ int, deny bool) impl {
-		return &ceilingPing{c: newRueidis(tb, addr, n), answer: !deny}
-	}},
+	{name: "ceiling_evalsha", build: newCeilingEvalsha, standaloneOnly: true},
+	{name: "ceiling_ping", build: func(tb testing.TB, tgt redisTarget, n *sent, _ quota, _ int, deny bool) impl {
+		return &ceilingPing{c: newRueidis(tb, tgt, n), answer: !deny}
+	}, standaloneOnly: true},
 }
 
 // redisRate is github.com/go-redis/redis_rate/v10 (GCRA in a script) on a
@@ -216,12 +252,23 @@ type ceilingEvalsha struct {
 	tiers  int
 }
 
-type ceilingCall struct{ keys, args []string }
+// ceilingCall is the encoded script call of one subject, and the decoded
+// requests its replies are read into, one per concurrent caller.
+type ceilingCall struct {
+	keys, args []string
+	decoders   sync.Pool // *redisscript.Call, each added to a Builder as the call was
+}
 
-func newCeilingEvalsha(tb testing.TB, addr string, n *sent, q quota, tiers int, _ bool) impl {
-	c := &ceilingEvalsha{c: newRueidis(tb, addr, n), script: rueidis.NewLuaScript(redisscript.Source()), tiers: tiers}
+func newCeilingEvalsha(tb testing.TB, tgt redisTarget, n *sent, q quota, tiers int, _ bool) impl {
+	c := &ceilingEvalsha{c: newRueidis(tb, tgt, n), script: rueidis.NewLuaScript(redisscript.Source()), tiers: tiers}
 	for range tiers {
-		c.limits = append(c.limits, q.coreLimit())
+		// NewLimit fills in the derived fields the script's arguments
+		// carry, as a policy does for its rules.
+		l, err := core.NewLimit(q.coreLimit())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c.limits = append(c.limits, *l)
 	}
 	return c
 }
@@ -234,23 +281,34 @@ var ceilingKeys = func() *redisscript.Keys {
 	return k
 }()
 
+// request builds the script request of s and adds it to b, which
+// encodes it.
+func (c *ceilingEvalsha) request(b *redisscript.Builder, s *subject) *redisscript.Call {
+	ids := []string{s.user, s.endpoint, "*"} // the identities of the first three tiers
+	call := &redisscript.Call{Cost: 1, States: make([]core.BucketState, c.tiers)}
+	for i := range c.tiers {
+		rule := tierDefs[i].rule
+		call.Buckets = append(call.Buckets, core.Bucket{Rule: rule, Key: ids[i], Limit: &c.limits[i]})
+		call.Keys = append(call.Keys, ceilingKeys.Key(rule, ids[i]))
+	}
+	b.Reset(redisscript.NowArg(time.Time{}), redisscript.ModeTake)
+	b.Add(call)
+	return call
+}
+
 func (c *ceilingEvalsha) call(s *subject) *ceilingCall {
 	if v, ok := c.calls.Load(s); ok {
 		return v.(*ceilingCall)
 	}
-	ids := []string{s.user, s.endpoint, "*"}
-	rules := []string{"per-user", "per-endpoint", "global"}
-	call := &redisscript.Call{Cost: 1, States: make([]core.BucketState, c.tiers)}
-	for i := range c.tiers {
-		call.Buckets = append(call.Buckets, core.Bucket{Rule: rules[i], Key: ids[i], Limit: &c.limits[i]})
-		call.Keys = append(call.Keys, ceilingKeys.Key(rules[i], ids[i]))
-	}
 	var b redisscript.Builder
-	b.Reset(redisscript.NowArg(time.Time{}), redisscript.ModeTake)
-	b.Add(call)
+	c.request(&b, s)
 	cc := &ceilingCall{keys: append([]string(nil), b.Keys...)}
-	for _, a := range b.Args {
+	for _, a := range b.Args() {
 		cc.args = append(cc.args, fmt.Sprint(a))
+	}
+	cc.decoders.New = func() any {
+		var b redisscript.Builder
+		return c.request(&b, s)
 	}
 	v, _ := c.calls.LoadOrStore(s, cc)
 	return v.(*ceilingCall)
@@ -258,19 +316,23 @@ func (c *ceilingEvalsha) call(s *subject) *ceilingCall {
 
 func (c *ceilingEvalsha) allow(ctx context.Context, s *subject) (bool, error) {
 	cc := c.call(s)
-	vals, err := c.script.Exec(ctx, c.c, cc.keys, cc.args).AsIntSlice()
+	arr, err := c.script.Exec(ctx, c.c, cc.keys, cc.args).ToArray()
 	if err != nil {
 		return false, err
 	}
-	if len(vals) != c.tiers*redisscript.FieldsPerBucket+2 {
-		return false, fmt.Errorf("ceiling: %d integers in the reply, want %d", len(vals), c.tiers*redisscript.FieldsPerBucket+2)
+	if len(arr) == 0 {
+		return false, fmt.Errorf("ceiling: an empty reply")
 	}
-	for i := range c.tiers {
-		if vals[i*redisscript.FieldsPerBucket] != 1 {
-			return false, nil
-		}
+	reply, err := arr[0].ToString()
+	if err != nil {
+		return false, fmt.Errorf("ceiling: %w", err)
 	}
-	return true, nil
+	d := cc.decoders.Get().(*redisscript.Call)
+	defer cc.decoders.Put(d)
+	if _, err := redisscript.Decode(reply, []*redisscript.Call{d}); err != nil {
+		return false, err
+	}
+	return d.Allowed(), nil
 }
 
 // ceilingPing is one PING per decision through rueidis: the cost of a round

@@ -89,10 +89,11 @@ func (g *goRedis) eval(ctx context.Context, c redis.Scripter, e *redisstore.Eval
 	return c.EvalSha(ctx, redisscript.SHA(), e.Keys, e.Args...)
 }
 
-// read sets e's reply fields from cmd: an array of integers, optionally
-// ending in an array of strings (the undo values of a take with undo).
+// read sets e's reply fields from cmd: an array holding the script's
+// binary string, then for a take with undo an array of strings (the undo
+// values).
 func read(cmd *redis.Cmd, e *redisstore.Eval) {
-	e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, nil
+	e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, nil
 	v, err := cmd.Result()
 	switch {
 	case err == redis.Nil:
@@ -103,31 +104,31 @@ func read(cmd *redis.Cmd, e *redisstore.Eval) {
 		return
 	}
 	arr, ok := v.([]any)
-	if !ok {
-		e.Err = fmt.Errorf("%w: %T, want an array", redisscript.ErrReply, v)
+	if !ok || len(arr) < 1 || len(arr) > 2 {
+		e.Err = fmt.Errorf("%w: %T of %d elements, want an array of 1 or 2", redisscript.ErrReply, v, len(arr))
 		return
 	}
-	if n := len(arr); n > 0 {
-		if u, ok := arr[n-1].([]any); ok {
-			undo := make([]string, len(u))
-			for i, x := range u {
-				if undo[i], ok = x.(string); !ok {
-					e.Err = fmt.Errorf("%w: undo value %d is %T, want a string", redisscript.ErrReply, i, x)
-					return
-				}
-			}
-			e.Undo, arr = undo, arr[:n-1]
-		}
+	reply, ok := arr[0].(string)
+	if !ok {
+		e.Err = fmt.Errorf("%w: first element is %T, want a string", redisscript.ErrReply, arr[0])
+		return
 	}
-	ints := make([]int64, len(arr))
-	for i, x := range arr {
-		if ints[i], ok = x.(int64); !ok {
-			e.Err = fmt.Errorf("%w: element %d is %T, want an integer", redisscript.ErrReply, i, x)
-			e.Undo = nil
+	if len(arr) == 2 {
+		u, ok := arr[1].([]any)
+		if !ok {
+			e.Err = fmt.Errorf("%w: second element is %T, want an array", redisscript.ErrReply, arr[1])
 			return
 		}
+		undo := make([]string, len(u))
+		for i, x := range u {
+			if undo[i], ok = x.(string); !ok {
+				e.Err = fmt.Errorf("%w: undo value %d is %T, want a string", redisscript.ErrReply, i, x)
+				return
+			}
+		}
+		e.Undo = undo
 	}
-	e.Ints = ints
+	e.Reply = reply
 }
 
 // Slots also asks a ClusterClient to reload its own slot map: it learns a

@@ -21,6 +21,15 @@
 // denied request writes nothing. A bucket's key expires when the bucket is
 // full again, rounded up to the millisecond Redis can express.
 //
+// A key holds its bucket's state as a short binary value: a tag byte for the
+// algorithm, then little-endian integers, for a token bucket its
+// theoretical arrival time as Unix seconds and nanoseconds and the fill time
+// it was written under (21 bytes). Times are kept as (seconds, nanoseconds)
+// pairs because Lua's numbers are doubles, which cannot hold a Unix time in
+// nanoseconds: that keeps decisions exact to the nanosecond. The package
+// documentation of internal/redisscript gives every algorithm's layout and
+// why.
+//
 // Time is the Redis server's TIME, one clock for every instance; no client
 // clock skew enters a decision. WithClientClock passes a client clock
 // instead, which tests use.
@@ -32,7 +41,9 @@
 // caller getting its own decision. Nothing waits on a timer: an idle store
 // sends at once, so at low load a decision costs one round trip, and under
 // load one round trip carries every request that queued during the
-// previous one. WithoutBatching turns this off.
+// previous one. Within a call, each key is read and written once, however
+// many requests it serves, and each limit is sent once. WithoutBatching
+// turns this off.
 //
 // # Redis Cluster
 //

@@ -64,14 +64,13 @@ func (r *rueidisClient) Eval(ctx context.Context, evals []*redisstore.Eval, full
 // failed answers evals, none of them sent, with err.
 func failed(evals []*redisstore.Eval, err error) {
 	for _, e := range evals {
-		e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, err
+		e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, err
 	}
 }
 
 // command builds EVALSHA sha numkeys keys... args..., or with full EVAL
-// with the source, appending the arguments, strings in interfaces as
-// redisscript.Builder makes them, one by one: rueidis copies each into its
-// command, so no []string is built.
+// with the source, with the arguments, strings in interfaces as
+// redisscript.Builder makes them.
 func (r *rueidisClient) command(e *redisstore.Eval, full bool) (rueidis.Completed, error) {
 	if full {
 		return withArgs(r.client.B().Eval().Script(redisscript.Source()).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(), e.Args)
@@ -83,20 +82,23 @@ func withArgs[B interface {
 	Arg(...string) B
 	Build() rueidis.Completed
 }](b B, args []any) (rueidis.Completed, error) {
+	var arr [8]string
+	strs := arr[:0]
 	for i, a := range args {
 		str, ok := a.(string)
 		if !ok {
 			return rueidis.Completed{}, fmt.Errorf("ratelimit: script argument %d is %T, want a string", i, a)
 		}
-		b = b.Arg(str)
+		strs = append(strs, str)
 	}
-	return b.Build(), nil
+	return b.Arg(strs...).Build(), nil
 }
 
-// read sets e's reply fields from res: an array of integers, optionally
-// ending in an array of strings (the undo values of a take with undo).
+// read sets e's reply fields from res: an array holding the script's
+// binary string, then for a take with undo an array of strings (the undo
+// values).
 func read(res rueidis.RedisResult, e *redisstore.Eval) {
-	e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, nil
+	e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, nil
 	msg, err := res.ToMessage()
 	if err != nil {
 		if rueidis.IsRedisNil(err) {
@@ -112,9 +114,22 @@ func read(res rueidis.RedisResult, e *redisstore.Eval) {
 		e.Err = fmt.Errorf("%w: %v", redisscript.ErrReply, err)
 		return
 	}
+	if len(arr) < 1 || len(arr) > 2 {
+		e.Err = fmt.Errorf("%w: an array of %d elements, want 1 or 2", redisscript.ErrReply, len(arr))
+		return
+	}
+	if !arr[0].IsString() {
+		e.Err = fmt.Errorf("%w: first element is not a string", redisscript.ErrReply)
+		return
+	}
+	reply, _ := arr[0].ToString()
 	var undo []string
-	if n := len(arr); n > 0 && arr[n-1].IsArray() {
-		u, _ := arr[n-1].ToArray()
+	if len(arr) == 2 {
+		if !arr[1].IsArray() {
+			e.Err = fmt.Errorf("%w: second element is not an array", redisscript.ErrReply)
+			return
+		}
+		u, _ := arr[1].ToArray()
 		undo = make([]string, len(u))
 		for i := range u {
 			if !u[i].IsString() {
@@ -123,20 +138,8 @@ func read(res rueidis.RedisResult, e *redisstore.Eval) {
 			}
 			undo[i], _ = u[i].ToString()
 		}
-		arr = arr[:n-1]
 	}
-	ints := make([]int64, len(arr))
-	for i := range arr {
-		if !arr[i].IsInt64() {
-			e.Err = fmt.Errorf("%w: element %d is not an integer", redisscript.ErrReply, i)
-			return
-		}
-		if ints[i], err = arr[i].ToInt64(); err != nil {
-			e.Err = fmt.Errorf("%w: element %d: %v", redisscript.ErrReply, i, err)
-			return
-		}
-	}
-	e.Ints, e.Undo = ints, undo
+	e.Reply, e.Undo = reply, undo
 }
 
 // Get reads keys with DoCache, several with DoMultiCache, asking the

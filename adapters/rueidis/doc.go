@@ -28,7 +28,17 @@
 // FLUSH or failover), in multi-slot round trips too. A denied request
 // writes nothing. A bucket's key expires when the bucket is full again,
 // rounded up to the millisecond Redis can express. A reply that is not the
-// script's array of integers is an error wrapping redisscript.ErrReply.
+// script's (an array holding its binary string) is an error wrapping
+// redisscript.ErrReply.
+//
+// A key holds its bucket's state as a short binary value: a tag byte for the
+// algorithm, then little-endian integers, for a token bucket its
+// theoretical arrival time as Unix seconds and nanoseconds and the fill time
+// it was written under (21 bytes). Times are kept as (seconds, nanoseconds)
+// pairs because Lua's numbers are doubles, which cannot hold a Unix time in
+// nanoseconds: that keeps decisions exact to the nanosecond. The package
+// documentation of internal/redisscript gives every algorithm's layout and
+// why; local denials read the token bucket's value directly.
 //
 // Time is the Redis server's TIME, one clock for every instance; no client
 // clock skew enters a decision. WithClientClock passes a client clock
@@ -42,7 +52,9 @@
 // decided in arrival order, each caller getting its own decision. Nothing
 // waits on a timer: an idle store sends at once, so at low load a decision
 // costs one round trip, and under load one round trip carries every request
-// that queued during the previous one. WithoutBatching turns this off;
+// that queued during the previous one. Within a call, each key is read and
+// written once, however many requests it serves, and each limit is sent
+// once. WithoutBatching turns this off;
 // rueidis still pipelines concurrent calls on its connections.
 //
 // # Redis Cluster

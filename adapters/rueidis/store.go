@@ -186,7 +186,7 @@ func (d *down) Cluster() bool { return false }
 func (d *down) Eval(_ context.Context, evals []*redisstore.Eval, _ bool) {
 	err := d.err()
 	for _, e := range evals {
-		e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, err
+		e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, err
 	}
 }
 

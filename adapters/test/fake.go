@@ -9,6 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/internal/redisscript"
 )
 
 // FakeServer is a RESP server on 127.0.0.1 that answers each command with
@@ -161,15 +165,17 @@ func ReadCommand(r *bufio.Reader) ([]string, error) {
 	return cmd, nil
 }
 
-// RespInts is an array of integers in RESP.
-func RespInts(vals ...int64) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(vals))
-	for _, v := range vals {
-		fmt.Fprintf(&b, ":%d\r\n", v)
-	}
-	return b.String()
-}
-
 // RespBulk is a bulk string in RESP.
 func RespBulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
+
+// RespReply is the script's reply in RESP for a call decided at at whose
+// buckets answered states: an array holding its binary string.
+func RespReply(at time.Time, states ...core.BucketState) string {
+	return "*1\r\n" + RespBulk(string(redisscript.AppendReply(nil, at, states...)))
+}
+
+// RespUndoReply is the script's reply in RESP for a take with undo: an
+// array holding its binary string and the array of undo, raw RESP.
+func RespUndoReply(at time.Time, undo string, states ...core.BucketState) string {
+	return "*2\r\n" + RespBulk(string(redisscript.AppendReply(nil, at, states...))) + undo
+}

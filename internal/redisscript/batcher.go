@@ -8,10 +8,10 @@ import (
 )
 
 // Sender runs one script call (EVALSHA, reloading on NOSCRIPT) with keys
-// and args, and returns the reply's integers and, for a call in
-// ModeTakeUndo on undo buckets in all, its two undo strings per bucket
-// (undo 0: a call without them).
-type Sender func(ctx context.Context, keys []string, args []any, undo int) ([]int64, []string, error)
+// and args, and returns the reply's binary string (see Decode) and, for a
+// call in ModeTakeUndo on undo buckets in all, its two undo strings per
+// bucket (undo 0: a call without them).
+type Sender func(ctx context.Context, keys []string, args []any, undo int) (string, []string, error)
 
 // Batcher sends the requests for one hash slot so that requests arriving
 // while a call is in flight go out together, as one script call, in arrival
@@ -28,6 +28,10 @@ type Batcher struct {
 	mu    sync.Mutex
 	busy  bool // a call is in flight
 	queue []*pending
+
+	// Used by the member that sends a call, until it releases the batcher.
+	bld   Builder
+	calls []*Call
 }
 
 type pending struct {
@@ -78,8 +82,14 @@ type Ticket struct {
 // pipelined with other calls) and must call Release once it has the reply,
 // so that requests queued meanwhile go out.
 func (b *Batcher) Start(ctx context.Context, now string, c *Call, undo bool) (t Ticket, lead bool) {
-	// Not pooled: a round trip costs far more than this allocation.
-	p := &pending{ctx: ctx, now: now, call: c, undo: undo, done: make(chan struct{}, 1)}
+	// The Call holds its place in the queue: queueing allocates nothing
+	// once the Call has been used.
+	p := &c.p
+	done := p.done
+	if done == nil {
+		done = make(chan struct{}, 1)
+	}
+	*p = pending{ctx: ctx, now: now, call: c, undo: undo, done: done}
 	if b.timeout > 0 {
 		p.deadline = time.Now().Add(b.timeout)
 	}
@@ -131,9 +141,10 @@ func (t Ticket) Wait() (time.Time, []string, error) {
 		b.mu.Unlock()
 		<-p.done
 	}
-	if p.batch != nil {
+	if batch := p.batch; batch != nil {
 		// This waiter leads the next call.
-		b.run(p.batch)
+		p.batch = nil
+		b.run(batch)
 	}
 	return p.at, p.vals, p.err
 }
@@ -192,13 +203,15 @@ func (b *Batcher) run(batch []*pending) {
 		if mode == ModeTake {
 			buckets = 0
 		}
-		var bld Builder
+		// b.bld and b.calls are this member's until it releases the
+		// batcher below.
+		bld := &b.bld
 		bld.SetMinTTL(b.minTTL)
 		bld.Reset(live[0].now, mode)
-		calls := make([]*Call, len(live))
-		for i, p := range live {
+		calls := b.calls[:0]
+		for _, p := range live {
 			bld.Add(p.call)
-			calls[i] = p.call
+			calls = append(calls, p.call)
 		}
 		ctx := context.WithoutCancel(live[0].ctx) // the others wait on this call too
 		if !deadline.IsZero() {
@@ -206,11 +219,13 @@ func (b *Batcher) run(batch []*pending) {
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		var vals []int64
-		vals, undo, err = b.send(ctx, bld.Keys, bld.Args, buckets)
+		var reply string
+		reply, undo, err = b.send(ctx, bld.Keys, bld.Args(), buckets)
 		if err == nil {
-			at, err = Decode(vals, calls)
+			at, err = Decode(reply, calls)
 		}
+		clear(calls)
+		b.calls = calls[:0]
 	}
 	// Hand over before answering, so the next call leaves as soon as
 	// possible.

@@ -5,6 +5,53 @@
 // requests into script calls. The store built on it, which the go-redis
 // and rueidis stores share, is package redisstore. It imports no Redis
 // client, so each store brings only its own.
+//
+// # One call, many requests
+//
+// A script call carries the requests of one batch (see Batcher), decided in
+// order. Each distinct key is read once (GET) and written once (SET with
+// PX), at the end of the call, whatever the number of requests on it: the
+// script keeps each bucket's state in a Lua table meanwhile, and every
+// request decides on the state the requests before it left, exactly as if
+// each had read and written Redis itself. A denied request changes nothing.
+// Each distinct limit is sent once per call, and requests refer to their
+// keys and limits by index. Arguments and the reply are binary: the limits
+// and the requests are little-endian doubles and integers (see Builder),
+// and the reply is one string holding the time the script used and, per
+// bucket, a code byte and three int64 (see Decode); nothing on either side
+// parses or formats decimal numbers, and decoding a reply allocates
+// nothing.
+//
+// # What a key holds
+//
+// A bucket's key holds a binary value: a tag byte, the algorithm (1 token
+// bucket, 2 shaping, 3 fixed window, 4 sliding window, 5 sliding log), then
+// little-endian integers:
+//
+//	token bucket, shaping  TAT seconds int64, TAT nanoseconds int32, fill time ns int64 (21 bytes)
+//	fixed window           start seconds int64, start ns int32, count int64, window ns int64 (29 bytes)
+//	sliding window         start seconds int64, start ns int32, current count int64, previous count int64, window ns int64 (37 bytes)
+//	sliding log            window ns int64, then per admitted instant seconds int64, ns int32, cost int64 (9 + 20n bytes)
+//
+// These are core.State's fields. Times are Unix (seconds, nanoseconds)
+// pairs because Lua numbers are doubles: a Unix time in nanoseconds
+// (about 2^60) does not fit in 53 bits, while each half does, and the
+// script only ever forms differences, which do (see take.lua for the
+// precision argument). So every store keeps nanosecond resolution, and
+// limits longer than 100 days decide in whole microseconds as core does.
+// The fill time or window records the limit the value was written under
+// (core.State.Span), so that a changed limit rescales a token bucket's debt
+// and restarts a window of another length, as the memory store does. A value
+// of another algorithm, or that is not in this format, counts as absent (a
+// full bucket), as the memory store starts afresh under another algorithm.
+//
+// A key expires (PX) when its bucket is equivalent to a new one again: a
+// token bucket when its TAT, rounded up to the microsecond, has passed; a
+// window or log when its last counted window or entry has left, each
+// rounded up to the millisecond PX expresses, and never before the
+// store's least TTL (WithMinTTL). A longer life never changes a decision:
+// the value says when the bucket is full. So Redis holds at most one small
+// value per active bucket and nothing for idle ones.
 package redisscript
 
 import (
@@ -12,15 +59,13 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"runtime"
+	"math"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/bucketry/ratelimit/core"
 )
@@ -50,9 +95,6 @@ const (
 	// ModeRefund gives back what a ModeTakeUndo take consumed (AddRefund).
 	ModeRefund = "r"
 )
-
-// FieldsPerBucket is the number of integers the script returns per bucket.
-const FieldsPerBucket = 6
 
 // ErrReply is wrapped by every error about a malformed reply.
 var ErrReply = errors.New("ratelimit: malformed reply from redis")
@@ -128,135 +170,6 @@ func (k *Keys) Key(rule, id string) string {
 	return string(k.Append(arr[:0], rule, id))
 }
 
-// argsEntry is the cached script arguments of one limit.
-type argsEntry struct {
-	addr  uintptr    // the limit's address: its key in limitArgs
-	limit core.Limit // a copy of the limit the arguments describe
-	args  [5]any
-}
-
-// limitArgs caches the five script arguments of each limit, boxed: limits
-// are immutable and few, and formatting or boxing them on every call would
-// allocate.
-//
-// Every Limiter.SetPolicy brings a policy with limits at new addresses, so
-// the cache must neither keep a limit alive nor outlive it by much:
-//   - It is keyed by the limit's address, an integer the garbage collector
-//     does not follow, and an entry holds a copy of the limit, not a
-//     pointer to it: nothing in the cache keeps a limit, or the policy it
-//     lies in, reachable.
-//   - A hit is an entry whose copy equals the limit asked about. The
-//     arguments depend on the limit's value only, so when a dead limit's
-//     memory is reused by a new one, the old entry is right for it if the
-//     values are equal and is replaced if they differ: a reused address
-//     never yields wrong arguments.
-//   - Every entry is stored together with a cleanup attached to its limit,
-//     which deletes the entry once that limit is unreachable, only if the
-//     map still holds that very entry (a newer limit at the same address
-//     may have replaced it). A limit in a policy is an interior pointer into
-//     the policy's rules, which cleanups allow: the cleanup runs when the
-//     whole allocation is unreachable. If it deletes an entry that a newer
-//     limit of equal value was using, that limit's next lookup stores a new
-//     entry with its own cleanup.
-//
-// So the map holds an entry per limit still reachable, plus entries whose
-// cleanup is about to run, whatever the number of reloads. A Limit is larger
-// than the tiny pointer-free objects the runtime may batch into one slot,
-// whose cleanups may never run. A limit not on the heap (a package-level
-// variable) is never reclaimed and gets no cleanup: its entry stays, one per
-// such variable.
-var limitArgs sync.Map // uintptr (a *core.Limit's address) -> *argsEntry
-
-// recentArgs is a direct-mapped cache in front of limitArgs, indexed by a
-// hash of the address: a sync.Map hashes and compares an integer key
-// through an interface, which costs about twice this array's one load and
-// two comparisons. A slot is a hit under the same rule as the map (the same
-// address, an equal limit), so a stale slot is never wrong; a cleanup
-// empties the slot of its entry, and a slot holds one entry at most, so
-// stale ones are bounded by its length whatever the number of reloads. Two
-// hot limits in one slot take turns and fall through to the map.
-var recentArgs [1024]atomic.Pointer[argsEntry]
-
-func recentSlot(addr uintptr) *atomic.Pointer[argsEntry] {
-	// Fibonacci hashing: the high bits of the product mix every bit of the
-	// address, whose low bits are alignment.
-	return &recentArgs[uint64(addr)*0x9E3779B97F4A7C15>>(64-10)]
-}
-
-// LimitArgs returns the five script arguments describing l, as strings in
-// interfaces: its algorithm code (1 to 5, or 6 to 10 for a limit longer
-// than 100 days, which decides at microsecond resolution, see
-// core.Limit.Resolution) and four numbers (see take.lua). A lookup
-// allocates nothing once l has been seen. It is safe for concurrent use.
-func LimitArgs(l *core.Limit) *[5]any {
-	addr := uintptr(unsafe.Pointer(l))
-	slot := recentSlot(addr)
-	if e := slot.Load(); e != nil && e.addr == addr && e.limit == *l {
-		return &e.args
-	}
-	if v, ok := limitArgs.Load(addr); ok {
-		if e := v.(*argsEntry); e.limit == *l {
-			slot.Store(e)
-			return &e.args
-		}
-	}
-	e := addLimitArgs(l, addr)
-	slot.Store(e)
-	return &e.args
-}
-
-// addLimitArgs builds l's entry, stores it at addr unless another goroutine
-// stored an equal one first, and returns the entry in the map.
-func addLimitArgs(l *core.Limit, addr uintptr) *argsEntry {
-	e := &argsEntry{addr: addr, limit: *l}
-	switch l.Algorithm() {
-	case core.AlgTokenBucket, core.AlgShaping:
-		e.args = [5]any{
-			strconv.Itoa(algCode(l)),
-			strconv.FormatInt(int64(l.Interval()), 10),
-			strconv.FormatInt(int64(l.Window()), 10),
-			strconv.FormatInt(l.Burst(), 10),
-			strconv.FormatInt(int64(l.MaxWait()), 10),
-		}
-	default:
-		e.args = [5]any{
-			strconv.Itoa(algCode(l)),
-			strconv.FormatInt(int64(l.Window()), 10),
-			strconv.FormatInt(l.Burst(), 10),
-			"0", "0",
-		}
-	}
-	for {
-		v, loaded := limitArgs.LoadOrStore(addr, e)
-		if !loaded {
-			break
-		}
-		old := v.(*argsEntry)
-		if old.limit == *l {
-			// Stored meanwhile, by another goroutine for l, whose cleanup
-			// is attached, or for a dead limit at this address, whose
-			// cleanup is pending: either way one will delete it.
-			return old
-		}
-		// A dead limit's entry, of another value: replace it. Its pending
-		// cleanup then finds another entry and leaves it.
-		if limitArgs.CompareAndSwap(addr, old, e) {
-			break
-		}
-	}
-	// e, the cleanup's argument, must not reach l, or l would stay
-	// reachable: it holds l's address as an integer and a copy of l.
-	runtime.AddCleanup(l, dropLimitArgs, e)
-	return e
-}
-
-// dropLimitArgs forgets e once its limit is unreachable, unless another
-// entry has taken its place.
-func dropLimitArgs(e *argsEntry) {
-	limitArgs.CompareAndDelete(e.addr, e)
-	recentSlot(e.addr).CompareAndSwap(e, nil)
-}
-
 // algCode returns the script's code of l's algorithm: 1 to 5, plus 5 for a
 // limit that decides at microsecond resolution (longer than 100 days), so
 // that the script knows without another argument per bucket; 0 for none.
@@ -282,20 +195,29 @@ func algCode(l *core.Limit) int {
 	return c
 }
 
-// small holds the decimal strings of 0..1023 in interfaces, so that costs,
-// counts and key indices cost no allocation.
-var small = func() (a [1024]any) {
-	for i := range a {
-		a[i] = strconv.Itoa(i)
-	}
-	return a
-}()
+// LimitSize is the size in bytes of one limit in the script's limits
+// argument: five float64.
+const LimitSize = 40
 
-func boxInt(n int64) any {
-	if n >= 0 && n < int64(len(small)) {
-		return small[n]
+// AppendLimit appends the script's description of l to dst: its algorithm
+// code (see algCode) and four numbers (see take.lua), each a little-endian
+// float64. Every one is an integer a double holds exactly: durations at
+// nanosecond resolution stay below 2^53 ns (100 days), those at microsecond
+// resolution are whole microseconds below 2^56, and a burst is at most a
+// fill time over a whole interval.
+func AppendLimit(dst []byte, l *core.Limit) []byte {
+	var v [5]int64
+	v[0] = int64(algCode(l))
+	switch l.Algorithm() {
+	case core.AlgTokenBucket, core.AlgShaping:
+		v[1], v[2], v[3], v[4] = int64(l.Interval()), int64(l.Window()), l.Burst(), int64(l.MaxWait())
+	default:
+		v[1], v[2] = int64(l.Window()), l.Burst()
 	}
-	return strconv.FormatInt(n, 10)
+	for _, x := range v {
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(x)))
+	}
+	return dst
 }
 
 // NowArg returns the script's time argument: "" for the server's clock,
@@ -307,55 +229,79 @@ func NowArg(t time.Time) string {
 	return strconv.FormatInt(t.UnixNano(), 10)
 }
 
-// Call is one request within a script call.
+// Call is one request within a script call. A Call may be reused once Do
+// or Wait has returned for it; it is not safe for concurrent use.
 type Call struct {
 	Cost    int64
 	Buckets []core.Bucket
 	Keys    []string           // the buckets' keys, in the same order
 	States  []core.BucketState // out: States[i] answers Buckets[i]
+
+	p pending // its place in a Batcher's queue
+}
+
+// Reset clears c for reuse once Do or Wait has returned for it, keeping
+// nothing of its request alive but what lets it queue again without
+// allocating.
+func (c *Call) Reset() {
+	done := c.p.done
+	*c = Call{}
+	c.p.done = done
 }
 
 // Builder encodes one script call carrying several requests, decided in
-// the order they were added. Keys shared by requests are sent once. The zero
-// value is ready for Reset; a Builder is not safe for concurrent use.
+// the order they were added. Keys shared by requests are sent once, and so
+// are limits. The zero value is ready for Reset; a Builder may be reused
+// after Reset, and is not safe for concurrent use.
 type Builder struct {
 	Keys   []string // KEYS
-	Args   []any    // ARGV, strings in interfaces
-	calls  int
+	args   []any    // ARGV, strings in interfaces, built by Args
+	now    string
+	mode   string
+	limits []*core.Limit // the distinct limits, each at its 1-based index
+	lbuf   []byte        // ARGV[4]: the limits
+	rbuf   []byte        // ARGV[5]: the requests
+	undo   []any         // ARGV[6…] in ModeRefund
 	index  map[string]int
-	minTTL any // the boxed argument; nil: "0"
+	minTTL any           // the boxed argument; nil: "0"
+	ttl    time.Duration // what minTTL was set from
 }
 
 // SetMinTTL sets the least time to live of every key the call writes,
 // rounded up to the millisecond; 0 (the default) keeps each key exactly
-// until its bucket is full again. It applies from the next Reset.
+// until its bucket is full again.
 func (b *Builder) SetMinTTL(d time.Duration) {
-	b.minTTL = boxInt(int64((d + time.Millisecond - 1) / time.Millisecond))
+	if b.minTTL != nil && d == b.ttl {
+		return
+	}
+	b.ttl, b.minTTL = d, strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
 }
 
 // Reset starts a new call at time now (NowArg) in mode (ModeTake,
 // ModeTakeUndo or ModeRefund).
 func (b *Builder) Reset(now, mode string) {
 	clear(b.Keys)
-	clear(b.Args)
-	ttl := b.minTTL
-	if ttl == nil {
-		ttl = small[0]
-	}
-	b.Keys, b.Args = b.Keys[:0], append(b.Args[:0], now, mode, small[0], ttl)
-	b.calls = 0
+	clear(b.limits)
+	clear(b.undo)
+	b.Keys, b.limits, b.undo = b.Keys[:0], b.limits[:0], b.undo[:0]
+	b.lbuf, b.rbuf = b.lbuf[:0], b.rbuf[:0]
+	b.now, b.mode = now, mode
 	clear(b.index)
 }
 
-// Add appends one request.
+// Mode returns the mode of the call.
+func (b *Builder) Mode() string { return b.mode }
+
+// Add appends one request: its cost (a uint64, at most core.MaxCost, which
+// a double holds exactly; core.CheckTake refuses more) and bucket count
+// (uint32), then per bucket the 1-based index of its key and of its limit
+// (uint32 each), all little-endian.
 func (b *Builder) Add(c *Call) {
-	b.calls++
-	b.Args[2] = boxInt(int64(b.calls))
-	b.Args = append(b.Args, boxInt(c.Cost), boxInt(int64(len(c.Buckets))))
+	b.rbuf = binary.LittleEndian.AppendUint64(b.rbuf, uint64(min(max(c.Cost, 0), core.MaxCost)))
+	b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(len(c.Buckets)))
 	for i := range c.Buckets {
-		b.Args = append(b.Args, boxInt(int64(b.keyIndex(c.Keys[i]))))
-		a := LimitArgs(c.Buckets[i].Limit)
-		b.Args = append(b.Args, a[0], a[1], a[2], a[3], a[4])
+		b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(b.keyIndex(c.Keys[i])))
+		b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(b.limitIndex(c.Buckets[i].Limit)))
 	}
 }
 
@@ -368,18 +314,35 @@ func (b *Builder) AddRefund(c *Call, undo []string) {
 	if len(undo) != 2*len(c.Buckets) {
 		undo = nil
 	}
-	b.calls++
-	b.Args[2] = boxInt(int64(b.calls))
-	b.Args = append(b.Args, boxInt(c.Cost), boxInt(int64(len(c.Buckets))))
+	b.Add(c)
 	for i := range c.Buckets {
-		b.Args = append(b.Args, boxInt(int64(b.keyIndex(c.Keys[i]))))
-		a := LimitArgs(c.Buckets[i].Limit)
 		written, before := "", ""
 		if undo != nil {
 			before, written = undo[2*i], undo[2*i+1]
 		}
-		b.Args = append(b.Args, a[0], a[1], a[2], a[3], a[4], written, before)
+		b.undo = append(b.undo, written, before)
 	}
+}
+
+// Args returns the call's ARGV, strings in interfaces. It allocates the
+// two binary arguments; call it once the requests are added.
+func (b *Builder) Args() []any {
+	ttl := b.minTTL
+	if ttl == nil {
+		ttl = "0"
+	}
+	clear(b.args)
+	var mode any = b.mode
+	switch b.mode { // constants in interfaces need no allocation
+	case ModeTake:
+		mode = ModeTake
+	case ModeTakeUndo:
+		mode = ModeTakeUndo
+	case ModeRefund:
+		mode = ModeRefund
+	}
+	b.args = append(b.args[:0], b.now, mode, ttl, string(b.lbuf), string(b.rbuf))
+	return append(b.args, b.undo...)
 }
 
 // keyIndex returns the 1-based index of key in KEYS, adding it if new.
@@ -409,42 +372,93 @@ func (b *Builder) keyIndex(key string) int {
 	return len(b.Keys)
 }
 
-// Decode decodes the reply to a call built from calls, in the same order,
-// into their States, and returns the time the script used. vals holds the
-// reply's integers. Every value is checked: a reply that is not what the
-// script returns means something is wrong between here and Redis.
-func Decode(vals []int64, calls []*Call) (time.Time, error) {
+// limitIndex returns the 1-based index of l in the limits argument, adding
+// it if new. Limits are few (a policy's rules), so a scan finds them.
+func (b *Builder) limitIndex(l *core.Limit) int {
+	for i, x := range b.limits {
+		if x == l {
+			return i + 1
+		}
+	}
+	b.limits = append(b.limits, l)
+	b.lbuf = AppendLimit(b.lbuf, l)
+	return len(b.limits)
+}
+
+// Sizes of the script's reply: a header holding the time it used (int64
+// seconds, int32 nanoseconds), then one record per bucket, a code byte and
+// three int64 (see take.lua).
+const (
+	HeaderSize = 12
+	RecordSize = 25
+)
+
+// Decode decodes reply, the binary string the script returned for a call
+// built from calls, in the same order, into their States, and returns the
+// time the script used. Every value is checked: a reply that is not what
+// the script returns means something is wrong between here and Redis.
+func Decode(reply string, calls []*Call) (time.Time, error) {
 	n := 0
 	for _, c := range calls {
 		n += len(c.States)
 	}
-	if len(vals) != n*FieldsPerBucket+2 {
-		return time.Time{}, fmt.Errorf("%w: %d integers for %d buckets", ErrReply, len(vals), n)
+	if len(reply) != HeaderSize+n*RecordSize {
+		return time.Time{}, fmt.Errorf("%w: %d bytes for %d buckets", ErrReply, len(reply), n)
 	}
-	k := 0
-	for _, c := range calls {
-		for i := range c.States {
-			v := vals[k : k+FieldsPerBucket]
-			k += FieldsPerBucket
-			if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[1] > int64(core.ReasonCostExceedsLimit) ||
-				v[2] < 0 || v[3] < 0 || v[4] < 0 || v[5] < 0 || (v[0] == 1) != (v[1] == 0) {
-				return time.Time{}, fmt.Errorf("%w: bucket %d: %v", ErrReply, i, v)
-			}
-			c.States[i] = core.BucketState{
-				Allowed:    v[0] == 1,
-				Reason:     core.Reason(v[1]),
-				Remaining:  v[2],
-				ResetAfter: time.Duration(v[3]),
-				RetryAfter: time.Duration(v[4]),
-				Delay:      time.Duration(v[5]),
-			}
-		}
-	}
-	sec, ns := vals[len(vals)-2], vals[len(vals)-1]
+	sec := int64(le64(reply))
+	ns := int64(int32(le32(reply[8:])))
 	if sec < 0 || ns < 0 || ns >= 1e9 {
 		return time.Time{}, fmt.Errorf("%w: time %d.%09d", ErrReply, sec, ns)
 	}
+	k := HeaderSize
+	for _, c := range calls {
+		for i := range c.States {
+			r := reply[k : k+RecordSize]
+			k += RecordSize
+			code := core.Reason(r[0])
+			rem, reset, wait := int64(le64(r[1:])), int64(le64(r[9:])), int64(le64(r[17:]))
+			if code > core.ReasonCostExceedsLimit || rem < 0 || reset < 0 || wait < 0 || code == core.ReasonCostExceedsLimit && wait != 0 {
+				return time.Time{}, fmt.Errorf("%w: bucket %d: code %d, remaining %d, reset %d, wait %d", ErrReply, i, code, rem, reset, wait)
+			}
+			st := core.BucketState{Allowed: code == core.ReasonNone, Reason: code, Remaining: rem, ResetAfter: time.Duration(reset)}
+			if st.Allowed {
+				st.Delay = time.Duration(wait)
+			} else {
+				st.RetryAfter = time.Duration(wait)
+			}
+			c.States[i] = st
+		}
+	}
 	return time.Unix(sec, ns), nil
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// AppendReply appends the script's reply for the time at and states to
+// dst, as take.lua encodes it. Tests build replies with it.
+func AppendReply(dst []byte, at time.Time, states ...core.BucketState) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(at.Unix()))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(at.Nanosecond()))
+	for _, st := range states {
+		wait := st.RetryAfter
+		if st.Allowed {
+			wait = st.Delay
+		}
+		dst = append(dst, byte(st.Reason))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(st.Remaining))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(st.ResetAfter))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(wait))
+	}
+	return dst
 }
 
 // Allowed reports whether every bucket of c allowed it.
@@ -455,6 +469,38 @@ func (c *Call) Allowed() bool {
 		}
 	}
 	return true
+}
+
+// Bucket state values, as the script stores them (see take.lua): a tag
+// byte, the algorithm, then little-endian integers. A token bucket's is the
+// tag 1, its theoretical arrival time (TAT) as int64 Unix seconds and
+// int32 nanoseconds, and the fill time it was written under (int64 ns).
+const bucketValueSize = 21
+
+// DecodeTokenBucket decodes a token bucket's stored value: its TAT in Unix
+// ns and the fill time in ns it was written under. ok is false for a value
+// of another algorithm or format.
+func DecodeTokenBucket(v string) (tat, span int64, ok bool) {
+	if len(v) != bucketValueSize || v[0] != 1 {
+		return 0, 0, false
+	}
+	sec, ns, span := int64(le64(v[1:])), int64(int32(le32(v[9:]))), int64(le64(v[13:]))
+	if sec < 0 || ns < 0 || ns >= 1e9 || span < 0 || sec > math.MaxInt64/1_000_000_000-1 {
+		return 0, 0, false
+	}
+	return sec*1e9 + ns, span, true
+}
+
+// EncodeTokenBucket returns the stored value of a token bucket whose TAT is
+// tat (Unix ns, >= 0), written under fill time span (ns). Tests plant
+// values with it.
+func EncodeTokenBucket(tat, span int64) string {
+	b := make([]byte, 0, bucketValueSize)
+	b = append(b, 1)
+	b = binary.LittleEndian.AppendUint64(b, uint64(tat/1e9))
+	b = binary.LittleEndian.AppendUint32(b, uint32(tat%1e9))
+	b = binary.LittleEndian.AppendUint64(b, uint64(span))
+	return string(b)
 }
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the

@@ -2,9 +2,13 @@ package redisscript
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,6 +109,60 @@ func testLimits(t *testing.T) []core.Rule {
 	return p.Rules()
 }
 
+// parsedCall is a script call as take.lua reads it.
+type parsedCall struct {
+	now, mode, minTTL string
+	limits            [][5]int64 // code, a, b, c, d
+	reqs              []parsedReq
+	refunds           []string // ModeRefund: written and before, per bucket
+}
+
+type parsedReq struct {
+	cost    int64
+	buckets [][2]int // key index, limit index (from 1)
+}
+
+// parseCall decodes the arguments as the script does, independently of
+// Builder.
+func parseCall(t testing.TB, args []any) parsedCall {
+	t.Helper()
+	s := make([]string, len(args))
+	for i, a := range args {
+		var ok bool
+		if s[i], ok = a.(string); !ok {
+			t.Fatalf("argument %d is %T, want a string", i, a)
+		}
+	}
+	if len(s) < 5 {
+		t.Fatalf("%d arguments, want at least 5", len(s))
+	}
+	c := parsedCall{now: s[0], mode: s[1], minTTL: s[2], refunds: s[5:]}
+	lb := []byte(s[3])
+	if len(lb)%LimitSize != 0 {
+		t.Fatalf("limits argument of %d bytes", len(lb))
+	}
+	for len(lb) > 0 {
+		var l [5]int64
+		for k := range l {
+			l[k] = int64(math.Float64frombits(binary.LittleEndian.Uint64(lb[8*k:])))
+		}
+		c.limits = append(c.limits, l)
+		lb = lb[LimitSize:]
+	}
+	rb := []byte(s[4])
+	for len(rb) > 0 {
+		r := parsedReq{cost: int64(binary.LittleEndian.Uint64(rb))}
+		m := int(binary.LittleEndian.Uint32(rb[8:]))
+		rb = rb[12:]
+		for range m {
+			r.buckets = append(r.buckets, [2]int{int(binary.LittleEndian.Uint32(rb)), int(binary.LittleEndian.Uint32(rb[4:]))})
+			rb = rb[8:]
+		}
+		c.reqs = append(c.reqs, r)
+	}
+	return c
+}
+
 func TestBuilder(t *testing.T) {
 	rules := testLimits(t)
 	var b Builder
@@ -114,36 +172,63 @@ func TestBuilder(t *testing.T) {
 		{Rule: "b", Key: "u", Limit: &rules[1].Limit},
 		{Rule: "a", Key: "u", Limit: &rules[0].Limit},
 	}, Keys: []string{"k2", "k1"}})
-	want := []string{"", "t", "2", "0",
-		"1", "1", "1", "1", "100000000", "5000000000", "50", "0",
-		"2000", "2", "2", "4", "60000000000", "100", "0", "0", "1", "1", "100000000", "5000000000", "50", "0"}
-	got := make([]string, len(b.Args))
-	for i, a := range b.Args {
-		got[i] = a.(string)
+	got := parseCall(t, b.Args())
+	want := parsedCall{now: "", mode: "t", minTTL: "0",
+		limits: [][5]int64{{1, 100000000, 5000000000, 50, 0}, {4, 60000000000, 100, 0, 0}},
+		reqs:   []parsedReq{{1, [][2]int{{1, 1}}}, {2000, [][2]int{{2, 2}, {1, 1}}}},
 	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("Args = %q\n want %q", got, want)
+	if !reflect.DeepEqual(got.limits, want.limits) || !reflect.DeepEqual(got.reqs, want.reqs) ||
+		got.now != want.now || got.mode != want.mode || got.minTTL != want.minTTL || len(got.refunds) != 0 {
+		t.Errorf("Args decode to %+v\n want %+v", got, want)
 	}
 	if strings.Join(b.Keys, " ") != "k1 k2" {
 		t.Errorf("Keys = %q, want the two distinct keys once", b.Keys)
 	}
+	b.SetMinTTL(1500 * time.Microsecond)
 	b.Reset("123", ModeRefund)
-	if len(b.Keys) != 0 || len(b.Args) != 4 || b.Args[0] != "123" || b.Args[1] != "r" || b.Args[2] != "0" || b.Args[3] != "0" {
-		t.Errorf("after Reset: Keys %q Args %q", b.Keys, b.Args)
+	b.AddRefund(&Call{Cost: 3, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: &rules[0].Limit}}, Keys: []string{"k9"}}, []string{"before", "written"})
+	got = parseCall(t, b.Args())
+	if len(b.Keys) != 1 || got.now != "123" || got.mode != "r" || got.minTTL != "2" || len(got.limits) != 1 ||
+		!reflect.DeepEqual(got.reqs, []parsedReq{{3, [][2]int{{1, 1}}}}) || !slices.Equal(got.refunds, []string{"written", "before"}) {
+		t.Errorf("after Reset and AddRefund: Keys %q, args %+v", b.Keys, got)
 	}
 	// Many keys: the index map takes over from the linear scan.
 	for i := range 20 {
 		b.keyIndex(strings.Repeat("k", i+1))
 	}
-	if b.keyIndex("kkkkk") != 5 || b.keyIndex("new") != 21 {
+	if b.keyIndex("kkkkk") != 6 || b.keyIndex("new") != 22 {
 		t.Errorf("keyIndex with many keys is wrong: %q", b.Keys)
 	}
 }
 
-// TestLimitArgsLong: a limit longer than 100 days, which decides in whole
+// TestBuilderAllocs: once a Builder has been used, building a call
+// allocates only its arguments (the two binary strings, and the boxing of
+// three strings), however many requests it carries.
+func TestBuilderAllocs(t *testing.T) {
+	rules := testLimits(t)
+	var b Builder
+	calls := make([]*Call, 32)
+	for i := range calls {
+		key := "k" + strconv.Itoa(i%20)
+		calls[i] = &Call{Cost: 1, Buckets: []core.Bucket{{Rule: "a", Key: key, Limit: &rules[0].Limit}, {Rule: "b", Key: key, Limit: &rules[1].Limit}}, Keys: []string{key, key + "b"}}
+	}
+	build := func() {
+		b.Reset("1767225600000000000", ModeTake)
+		for _, c := range calls {
+			b.Add(c)
+		}
+		_ = b.Args()
+	}
+	build()
+	if n := testing.AllocsPerRun(100, build); n > 6 {
+		t.Errorf("a call of %d requests: %v allocations, want at most 6", len(calls), n)
+	}
+}
+
+// TestAppendLimit: a limit longer than 100 days, which decides in whole
 // microseconds, has its algorithm's code plus 5, and its interval and wait
 // rounded as core rounds them.
-func TestLimitArgsLong(t *testing.T) {
+func TestAppendLimit(t *testing.T) {
 	day := 24 * time.Hour
 	p, err := core.NewPolicy(
 		core.Rule{Name: "a", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerDay(1), 100)},
@@ -153,52 +238,109 @@ func TestLimitArgsLong(t *testing.T) {
 		core.Rule{Name: "e", Scope: core.ScopeUser, Limit: core.FixedWindow(7, 100*day+time.Millisecond)},
 		core.Rule{Name: "f", Scope: core.ScopeUser, Limit: core.SlidingWindow(7, 400*day)},
 		core.Rule{Name: "g", Scope: core.ScopeUser, Limit: core.SlidingLog(7, 200*day)},
+		core.Rule{Name: "h", Scope: core.ScopeUser, Limit: core.Shaping(core.PerSecond(10), 2, 300*time.Millisecond)},
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := [][5]string{
-		{"1", "86400000000000", "8640000000000000", "100", "0"},
-		{"6", "86400000000000", "8726400000000000", "101", "0"},
-		{"7", "8640000000001000", "25920000000003000", "3", "4320000000001000"},
-		{"3", "8640000000000000", "7", "0", "0"},
-		{"8", "8640000001000000", "7", "0", "0"},
-		{"9", "34560000000000000", "7", "0", "0"},
-		{"10", "17280000000000000", "7", "0", "0"},
+	want := [][5]int64{
+		{1, 86400000000000, 8640000000000000, 100, 0},
+		{6, 86400000000000, 8726400000000000, 101, 0},
+		{7, 8640000000001000, 25920000000003000, 3, 4320000000001000},
+		{3, 8640000000000000, 7, 0, 0},
+		{8, 8640000001000000, 7, 0, 0},
+		{9, 34560000000000000, 7, 0, 0},
+		{10, 17280000000000000, 7, 0, 0},
+		{2, 100000000, 200000000, 2, 300000000},
 	}
 	rules := p.Rules()
 	for i := range rules {
-		got := LimitArgs(&rules[i].Limit)
-		for k := range want[i] {
-			if s, _ := got[k].(string); s != want[i][k] {
-				t.Errorf("LimitArgs(%v) = %v, want %q", rules[i].Limit, *got, want[i])
-				break
+		b := AppendLimit(nil, &rules[i].Limit)
+		if len(b) != LimitSize {
+			t.Fatalf("AppendLimit(%v): %d bytes, want %d", rules[i].Limit, len(b), LimitSize)
+		}
+		var got [5]int64
+		for k := range got {
+			f := math.Float64frombits(binary.LittleEndian.Uint64(b[8*k:]))
+			got[k] = int64(f)
+			if float64(got[k]) != f {
+				t.Errorf("AppendLimit(%v): field %d = %v, not an integer", rules[i].Limit, k, f)
 			}
 		}
-		checkArgs(t, &rules[i].Limit)
+		if got != want[i] {
+			t.Errorf("AppendLimit(%v) = %v, want %v", rules[i].Limit, got, want[i])
+		}
 	}
 }
 
 func TestDecode(t *testing.T) {
-	states := make([]core.BucketState, 1)
+	at := time.Unix(1767225600, 5)
+	states := make([]core.BucketState, 2)
 	c := []*Call{{States: states}}
-	ok := []int64{1, 0, 4, 500, 0, 0, 1767225600, 5}
-	at, err := Decode(ok, c)
-	if err != nil || at != time.Unix(1767225600, 5) || states[0] != (core.BucketState{Allowed: true, Remaining: 4, ResetAfter: 500}) {
-		t.Fatalf("Decode = %v, %v, %+v", at, err, states[0])
+	want := []core.BucketState{
+		{Allowed: true, Remaining: 4, ResetAfter: 500, Delay: 7},
+		{Reason: core.ReasonLimited, ResetAfter: time.Minute, RetryAfter: time.Second},
 	}
-	for name, vals := range map[string][]int64{
-		"short":             {1, 0, 4, 500, 0, 0, 1},
-		"long":              append(append([]int64{}, ok...), 0),
-		"allowed flag 2":    {2, 0, 4, 500, 0, 0, 1, 0},
-		"negative remain":   {1, 0, -1, 500, 0, 0, 1, 0},
-		"reason on allow":   {1, 1, 0, 0, 0, 0, 1, 0},
-		"no reason on deny": {0, 0, 0, 0, 0, 0, 1, 0},
-		"unknown reason":    {0, 9, 0, 0, 0, 0, 1, 0},
-		"bad nanoseconds":   {1, 0, 0, 0, 0, 0, 1, 1e9},
+	ok := string(AppendReply(nil, at, want...))
+	got, err := Decode(ok, c)
+	if err != nil || !got.Equal(at) || !slices.Equal(states, want) {
+		t.Fatalf("Decode = %v, %v, %+v; want %v, %+v", got, err, states, at, want)
+	}
+	record := func(code byte, rem, reset, wait int64) string {
+		b := []byte{code}
+		for _, v := range []int64{rem, reset, wait} {
+			b = binary.LittleEndian.AppendUint64(b, uint64(v))
+		}
+		return string(b)
+	}
+	header := ok[:HeaderSize]
+	second := ok[HeaderSize+RecordSize:]
+	for name, reply := range map[string]string{
+		"empty":            "",
+		"short":            ok[:len(ok)-1],
+		"long":             ok + "x",
+		"unknown code":     header + record(3, 0, 0, 0) + second,
+		"negative remain":  header + record(0, -1, 500, 0) + second,
+		"negative reset":   header + record(0, 4, -1, 0) + second,
+		"negative wait":    header + record(1, 0, 0, -1) + second,
+		"retry on a cost":  header + record(2, 0, 0, 5) + second,
+		"bad nanoseconds":  string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint64(nil, 1), 1e9)) + ok[HeaderSize:],
+		"negative seconds": string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint64(nil, 1<<63), 0)) + ok[HeaderSize:],
 	} {
-		if _, err := Decode(vals, c); !errors.Is(err, ErrReply) {
+		if _, err := Decode(reply, c); !errors.Is(err, ErrReply) {
 			t.Errorf("%s: Decode error = %v, want ErrReply", name, err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = Decode(ok, c) }); n != 0 {
+		t.Errorf("Decode: %v allocations, want 0", n)
+	}
+}
+
+// TestTokenBucketValue: a token bucket's stored value round-trips, and
+// values of another algorithm or format are refused.
+func TestTokenBucketValue(t *testing.T) {
+	for _, tc := range []struct{ tat, span int64 }{
+		{0, 0},
+		{1767225600123456789, int64(time.Minute)},
+		{1767225600000000000, int64(400 * 24 * time.Hour)},
+	} {
+		v := EncodeTokenBucket(tc.tat, tc.span)
+		tat, span, ok := DecodeTokenBucket(v)
+		if !ok || tat != tc.tat || span != tc.span {
+			t.Errorf("DecodeTokenBucket(EncodeTokenBucket(%d, %d)) = %d, %d, %v", tc.tat, tc.span, tat, span, ok)
+		}
+	}
+	good := EncodeTokenBucket(1767225600123456789, 5)
+	for name, v := range map[string]string{
+		"empty":          "",
+		"short":          good[:20],
+		"shaping":        "\x02" + good[1:],
+		"fixed window":   "\x03" + good[1:] + "12345678",
+		"decimal":        "1767225600123456789:5",
+		"bad nanosecond": good[:9] + string(binary.LittleEndian.AppendUint32(nil, 1e9)) + good[13:],
+	} {
+		if _, _, ok := DecodeTokenBucket(v); ok {
+			t.Errorf("%s: DecodeTokenBucket(%q) ok, want refused", name, v)
 		}
 	}
 }
@@ -214,15 +356,16 @@ type fakeScript struct {
 	modes   []string
 	block   chan struct{} // when set, each call waits on it
 	calls   atomic.Int64
+	t       testing.TB
 }
 
-func (f *fakeScript) send(ctx context.Context, keys []string, args []any, undo int) ([]int64, []string, error) {
+func (f *fakeScript) send(ctx context.Context, keys []string, args []any, undo int) (string, []string, error) {
 	f.calls.Add(1)
 	if f.block != nil {
 		select {
 		case <-f.block:
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return "", nil, ctx.Err()
 		}
 	}
 	f.mu.Lock()
@@ -230,42 +373,31 @@ func (f *fakeScript) send(ctx context.Context, keys []string, args []any, undo i
 	if f.taken == nil {
 		f.taken = map[string]bool{}
 	}
-	n := atoi(args[2])
-	f.batches = append(f.batches, n)
-	f.modes = append(f.modes, args[1].(string))
-	var out []int64
+	c := parseCall(f.t, args)
+	f.batches = append(f.batches, len(c.reqs))
+	f.modes = append(f.modes, c.mode)
+	var out []core.BucketState
 	var vals []string
-	p := 4
-	for range n {
-		m := atoi(args[p+1])
-		for i := range m {
-			key := keys[atoi(args[p+2+i*6])-1]
+	for _, r := range c.reqs {
+		for _, bk := range r.buckets {
+			key := keys[bk[0]-1]
 			if f.taken[key] {
-				out = append(out, 0, 1, 0, 0, 1, 0)
+				out = append(out, core.BucketState{Reason: core.ReasonLimited, RetryAfter: 1})
 				vals = append(vals, "", "")
 			} else {
 				f.taken[key] = true
-				out = append(out, 1, 0, 0, 1, 0, 0)
+				out = append(out, core.BucketState{Allowed: true, ResetAfter: 1})
 				vals = append(vals, "", key)
 			}
 		}
-		p += 2 + m*6
 	}
-	if args[1] != ModeTakeUndo {
+	if c.mode != ModeTakeUndo {
 		vals = nil
 	}
 	if len(vals) != 2*undo {
-		return nil, nil, fmt.Errorf("%d undo values, the store expects %d", len(vals), 2*undo)
+		return "", nil, fmt.Errorf("%d undo values, the store expects %d", len(vals), 2*undo)
 	}
-	return append(out, 1767225600, 0), vals, nil
-}
-
-func atoi(a any) int {
-	n := 0
-	for _, c := range a.(string) {
-		n = n*10 + int(c-'0')
-	}
-	return n
+	return string(AppendReply(nil, time.Unix(1767225600, 0), out...)), vals, nil
 }
 
 func call(rules []core.Rule, key string) *Call {
@@ -274,7 +406,7 @@ func call(rules []core.Rule, key string) *Call {
 
 func TestBatcherAloneSendsAtOnce(t *testing.T) {
 	rules := testLimits(t)
-	f := &fakeScript{}
+	f := &fakeScript{t: t}
 	b := NewBatcher(f.send, 128, 0, 0)
 	c := call(rules, "k")
 	at, err := b.Do(context.Background(), "", c)
@@ -288,7 +420,7 @@ func TestBatcherAloneSendsAtOnce(t *testing.T) {
 func TestBatcherBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
-		f := &fakeScript{block: make(chan struct{})}
+		f := &fakeScript{t: t, block: make(chan struct{})}
 		b := NewBatcher(f.send, 128, 0, 0)
 		first := make(chan error, 1)
 		go func() {
@@ -334,7 +466,7 @@ func TestBatcherBatches(t *testing.T) {
 func TestBatcherMaxAndTimeArgument(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
-		f := &fakeScript{block: make(chan struct{})}
+		f := &fakeScript{t: t, block: make(chan struct{})}
 		b := NewBatcher(f.send, 4, 0, 0)
 		go b.Do(context.Background(), "", call(rules, "x"))
 		synctest.Wait() // the first call is in flight
@@ -378,7 +510,7 @@ func sum(a []int) (s int) {
 func TestBatcherCancelWhileQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
-		f := &fakeScript{block: make(chan struct{})}
+		f := &fakeScript{t: t, block: make(chan struct{})}
 		b := NewBatcher(f.send, 128, 0, 0)
 		done := make(chan struct{})
 		go func() { b.Do(context.Background(), "", call(rules, "a")); close(done) }()
@@ -406,11 +538,11 @@ func TestBatcherCancelWhileQueued(t *testing.T) {
 func TestBatcherErrorsReachEveryone(t *testing.T) {
 	rules := testLimits(t)
 	boom := errors.New("boom")
-	b := NewBatcher(func(context.Context, []string, []any, int) ([]int64, []string, error) { return nil, nil, boom }, 8, 0, 0)
+	b := NewBatcher(func(context.Context, []string, []any, int) (string, []string, error) { return "", nil, boom }, 8, 0, 0)
 	if _, err := b.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, boom) {
 		t.Fatalf("Do error = %v, want boom", err)
 	}
-	bad := NewBatcher(func(context.Context, []string, []any, int) ([]int64, []string, error) { return []int64{1}, nil, nil }, 8, 0, 0)
+	bad := NewBatcher(func(context.Context, []string, []any, int) (string, []string, error) { return "x", nil, nil }, 8, 0, 0)
 	if _, err := bad.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, ErrReply) {
 		t.Fatalf("Do error = %v, want ErrReply", err)
 	}
@@ -423,7 +555,7 @@ func TestBatcherErrorsReachEveryone(t *testing.T) {
 func TestBatcherStartUndo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
-		f := &fakeScript{}
+		f := &fakeScript{t: t}
 		b := NewBatcher(f.send, 128, time.Second, 0)
 		_, lead := b.Start(context.Background(), "", call(rules, "own"), true)
 		if !lead {
@@ -466,7 +598,7 @@ func TestBatcherStartUndo(t *testing.T) {
 func TestBatcherDeadlineWhileQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rules := testLimits(t)
-		f := &fakeScript{}
+		f := &fakeScript{t: t}
 		const timeout = 100 * time.Millisecond
 		b := NewBatcher(f.send, 128, timeout, 0)
 		_, lead := b.Start(context.Background(), "", call(rules, "own"), false)

@@ -4,34 +4,51 @@
 -- its value before the take and the value the take wrote ("" for none);
 -- mode "r" gives back what earlier takes at time ARGV[1] consumed (Redis
 -- Cluster, when a bucket in another slot denied), then reports each bucket
--- as it stands. In mode "r" each bucket has two more arguments: the value
--- its take wrote and the value before it, from mode "u".
+-- as it stands.
 --
 -- ARGV[1]  the time in Unix ns as a decimal string, or "" for the server's TIME
--- ARGV[2]  "t" or "r"
--- ARGV[3]  the number of requests
--- ARGV[4]  the least time to live of a written key, in ms ("0": none)
--- then per request: its cost (an integer >= 0), its number of buckets, and
--- six numbers per bucket: the index of its key in KEYS, then algorithm, a, b, c, d
+-- ARGV[2]  "t", "u" or "r"
+-- ARGV[3]  the least time to live of a written key, in ms ("0": none)
+-- ARGV[4]  the limits, each once: five little-endian doubles per limit,
+--          code, a, b, c, d:
 --   1 token bucket, 2 shaping: a = interval ns, b = fill time ns, c = burst, d = max wait ns
 --   3 fixed window, 4 sliding window, 5 sliding log: a = window ns, b = limit
 --   6 to 10: the same algorithms (6 token bucket ... 10 sliding log) for a
 --   limit longer than 100 days, which decides in whole microseconds: as at
 --   the time truncated to the microsecond, with a bucket's stored time
 --   rounded up to one.
+-- ARGV[5]  the requests, little-endian: per request its cost (uint64, at
+--          most core.MaxCost, 2^50) and its number of buckets (uint32), then
+--          per bucket the index of its key in KEYS and of its limit in
+--          ARGV[4] (uint32 each, from 1)
+-- ARGV[6…] in mode "r", two per bucket in order: the value its take wrote
+--          and the value before it, from mode "u"
 --
--- Returns, per request and bucket: allowed (0/1), reason, remaining, reset
--- ns, retry ns, delay ns; then the time used, as seconds and nanoseconds.
+-- Returns an array whose first element is a binary string: the time used
+-- (int64 seconds, int32 nanoseconds), then per request and bucket a code
+-- (one byte: 0 allowed, 1 limited, 2 cost above the limit) and three int64,
+-- remaining, reset ns and wait ns (the delay when allowed, the retry when
+-- denied); all little-endian. Mode "u" adds the undo array as the second
+-- element.
 --
--- Values, each recording what it was written under (core's State.Span):
---   token bucket, shaping  "tat:tau"               (older "tat": tau taken as the limit's)
---   fixed window           "start:count:w"         (older "start:count": w taken as the limit's)
---   sliding window         "start:cur:prev:w"      (older "start:cur:prev": likewise)
---   sliding log            "w;at:cost,at:cost,..." (older without "w;": likewise)
--- A window value of another w, or an older one read under a window longer
--- than 100 days (none was written under one), starts afresh. A bucket value
--- of another tau keeps its share of the burst: its debt counts as
--- ceil(debt*tau'/tau) rounded up to the microsecond (see decide_bucket).
+-- Within one call each key is read once (GET) and written once at the end
+-- (SET with PX): a request decides on the state the requests before it in
+-- the call left, held in a Lua table meanwhile, as if each had written it.
+-- Mode "r" reads and writes directly, refunds being rare.
+--
+-- Values (little-endian, see Encode in Go): a tag byte, the algorithm 1 to
+-- 5, then
+--   token bucket, shaping  TAT s int64, TAT ns int32, fill time ns int64
+--   fixed window           start s int64, start ns int32, count int64, window ns int64
+--   sliding window         start s int64, start ns int32, current int64, previous int64, window ns int64
+--   sliding log            window ns int64, then per entry: s int64, ns int32, cost int64
+-- The fill time or window records the limit a value was written under
+-- (core's State.Span). A value of another algorithm, or one that is not in
+-- this format, counts as absent: a new bucket, as core's memory store
+-- starts afresh under another algorithm. A window value of another window
+-- starts afresh. A bucket value of another fill time keeps its share of the
+-- burst: its debt counts as ceil(debt*tau'/tau) rounded up to the
+-- microsecond (see decide_bucket).
 --
 -- Precision: Lua numbers are doubles. An absolute time (~1.8e18 ns) does not
 -- fit in 53 bits, so times are kept as (seconds, nanoseconds) pairs and only
@@ -41,20 +58,20 @@
 -- bucket's debt beyond that (an explicit time stepped back by days) is
 -- reported rounded up to the next double, as core does (upDouble).
 -- Floating-point results (the sliding window's estimate, a rescaled debt)
--- are computed in the same order of operations as core. States are stored
--- as decimal strings written with %d (tostring keeps only 14 digits), and
--- only integers are returned (a returned double is truncated).
+-- are computed in the same order of operations as core. Every integer packed
+-- is one a double holds exactly, and struct converts it exactly.
 
 local E9 = 1000000000
 local TWO53 = 9007199254740992
+local pack, sunpack = struct.pack, struct.unpack
+local fmod, floor, ceil, frexp = math.fmod, math.floor, math.ceil, math.frexp
+local byte, rep, concat = string.byte, string.rep, table.concat
 
 local function split(str)
   local n = #str
   if n <= 9 then return 0, tonumber(str) end
   return tonumber(string.sub(str, 1, n - 9)), tonumber(string.sub(str, n - 8))
 end
-
-local function fmt(s, ns) return string.format('%d%09d', s, ns) end
 
 -- a - b in ns, exact when the result is below 2^53 in magnitude, or a whole
 -- number of microseconds below 2^56; otherwise the double nearest to it.
@@ -68,7 +85,7 @@ local function up_diff(as, ans, bs, bns)
   local hi, lo = (as - bs) * E9, ans - bns
   local r = hi + lo
   if r - hi < lo then
-    local _, e = math.frexp(r)
+    local _, e = frexp(r)
     r = r + 2 ^ (e - 53)
   end
   return r
@@ -77,7 +94,7 @@ end
 -- t + d, d an integer ns that a double holds: exact (fmod is exact, and so
 -- is the quotient of the multiple of E9 it leaves).
 local function add(s, ns, d)
-  local r = math.fmod(d, E9)
+  local r = fmod(d, E9)
   local q = (d - r) / E9
   local t = ns + r
   if t >= E9 then
@@ -90,7 +107,7 @@ end
 
 -- A time pair rounded up to the microsecond.
 local function ceil_us(s, ns)
-  local r = math.fmod(ns, 1000)
+  local r = fmod(ns, 1000)
   if r > 0 then
     ns = ns + 1000 - r
     if ns >= E9 then return s + 1, ns - E9 end
@@ -99,15 +116,9 @@ local function ceil_us(s, ns)
 end
 
 -- floor(a / b) for integers a >= 0, b > 0: fmod is exact, so is the quotient.
-local function idiv(a, b) return (a - math.fmod(a, b)) / b end
+local function idiv(a, b) return (a - fmod(a, b)) / b end
 
 local function later(as, ans, bs, bns) return as > bs or (as == bs and ans > bns) end
-
-local function fields(v)
-  local t = {}
-  for f in string.gmatch(v, '[^:]+') do t[#t + 1] = f end
-  return t
-end
 
 local now_s, now_ns
 if ARGV[1] == '' then
@@ -118,7 +129,68 @@ else
 end
 local mode = ARGV[2]
 local cost = 0 -- the cost of the request being decided
-local min_ttl = tonumber(ARGV[4]) or 0
+local min_ttl = tonumber(ARGV[3]) or 0
+
+-- The limits, by index.
+local lalg, llong, la, lb, lc, ld = {}, {}, {}, {}, {}, {}
+do
+  local blob = ARGV[4]
+  local n = #blob / 40
+  if n ~= floor(n) then return redis.error_reply('ERR ratelimit: bad limit arguments') end
+  for j = 1, n do
+    local code, a, b, c, d = sunpack('<ddddd', blob, 40 * j - 39)
+    if code < 1 or code > 10 or code ~= floor(code) then
+      return redis.error_reply('ERR ratelimit: bad arguments for limit ' .. j)
+    end
+    if code > 5 then lalg[j], llong[j] = code - 5, true else lalg[j], llong[j] = code, false end
+    la[j], lb[j], lc[j], ld[j] = a, b, c, d
+  end
+end
+
+-- Values: decoded states are arrays whose first element is the algorithm.
+local function decode(v)
+  if not v then return false end
+  local n = #v
+  if n < 9 then return false end
+  local tag = byte(v, 1)
+  if tag == 1 or tag == 2 then
+    if n ~= 21 then return false end
+    local s, ns, span = sunpack('<i8i4i8', v, 2)
+    return { tag, s, ns, span }
+  elseif tag == 3 then
+    if n ~= 29 then return false end
+    local s, ns, count, w = sunpack('<i8i4i8i8', v, 2)
+    return { 3, s, ns, count, w }
+  elseif tag == 4 then
+    if n ~= 37 then return false end
+    local s, ns, cur, prev, w = sunpack('<i8i4i8i8i8', v, 2)
+    return { 4, s, ns, cur, prev, w }
+  elseif tag == 5 then
+    if (n - 9) % 20 ~= 0 then return false end
+    local w = sunpack('<i8', v, 2)
+    local entries = {}
+    for k = 1, (n - 9) / 20 do
+      local s, ns, c = sunpack('<i8i4i8', v, 20 * k - 10)
+      entries[k] = { s, ns, c }
+    end
+    return { 5, w, entries }
+  end
+  return false
+end
+
+local function encode(st)
+  local tag = st[1]
+  if tag <= 2 then return pack('<Bi8i4i8', tag, st[2], st[3], st[4]) end
+  if tag == 3 then return pack('<Bi8i4i8i8', 3, st[2], st[3], st[4], st[5]) end
+  if tag == 4 then return pack('<Bi8i4i8i8i8', 4, st[2], st[3], st[4], st[5], st[6]) end
+  local parts = { pack('<Bi8', 5, st[2]) }
+  local entries = st[3]
+  for k = 1, #entries do
+    local e = entries[k]
+    parts[k + 1] = pack('<i8i4i8', e[1], e[2], e[3])
+  end
+  return concat(parts)
+end
 
 -- The epoch-aligned start of the window of size w ns (a whole number of ms)
 -- holding now, as a pair.
@@ -126,7 +198,7 @@ local function window_start(w)
   local wms = w / 1000000
   local now_ms = now_s * 1000 + idiv(now_ns, 1000000)
   local start_ms = idiv(now_ms, wms) * wms
-  return idiv(start_ms, 1000), math.fmod(start_ms, 1000) * 1000000
+  return idiv(start_ms, 1000), fmod(start_ms, 1000) * 1000000
 end
 
 -- The sliding window estimate, in the same order of operations as core.
@@ -141,14 +213,14 @@ local function first_fit(lo, hi, unit, prev, cur, w, c, limit)
   end
   return hi * unit
 end
-local function floor_pos(x) if x <= 0 then return 0 end return math.floor(x) end
+local function floor_pos(x) if x <= 0 then return 0 end return floor(x) end
 
 -- core's rescaleDebt: the debt under a fill time of to of a bucket whose
 -- debt is debt > 0 (whole microseconds) under a fill time of from.
 local function rescale(debt, from, to)
-  local q = math.ceil(debt * to / from)
+  local q = ceil(debt * to / from)
   if q >= to then return to end
-  q = q + math.fmod(1000 - math.fmod(q, 1000), 1000)
+  q = q + fmod(1000 - fmod(q, 1000), 1000)
   if q > to then return to end
   return q
 end
@@ -164,14 +236,19 @@ local function rescaled_fit(debt, from, to, room)
   return lo * 1000
 end
 
--- Each decide returns the six reply fields and, when the bucket would change,
--- the value to store and its time to live in ns (0: delete).
+-- Each decide takes a bucket's state (false: none) and returns the bucket's
+-- answer, allowed (0/1), reason, remaining, reset ns and wait ns (the delay
+-- when allowed, the retry when denied), and, when the bucket would change,
+-- its next state and the time to live of that state in ns. A token bucket's
+-- next state is its TAT, left in next_s and next_ns (the next state
+-- returned is then true), so that a take allocates no table.
+local next_s, next_ns
 
 -- a - b rounded up to the microsecond, exactly, for a > b less than 2^56
 -- ns apart: (as - bs) * E9 is a whole number of microseconds.
 local function diff_up_us(as, ans, bs, bns)
   local d = ans - bns
-  return (as - bs) * E9 + d + math.fmod(1000 - math.fmod(d, 1000), 1000)
+  return (as - bs) * E9 + d + fmod(1000 - fmod(d, 1000), 1000)
 end
 
 -- core's gcraSpan. now is the limit's (truncated to the microsecond at that
@@ -179,21 +256,16 @@ end
 -- value written under another fill time keeps its share: its debt is that
 -- time rounded up to the microsecond, rescaled, and falls at the writer's
 -- pace until a take here writes.
-local function decide_bucket(key, alg, long, interval, tau, burst, maxwait)
-  local v = redis.call('GET', key)
+local function decide_bucket(st, alg, long, interval, tau, burst, maxwait)
   local raw, debt = 0, 0
-  local span, changed = nil, false
+  local span, changed = 0, false
   local ts, tns
-  if v then
-    local i = string.find(v, ':', 1, true)
-    if i then
-      span = tonumber(string.sub(v, i + 1))
-      v = string.sub(v, 1, i - 1)
-    end
-    changed = span ~= nil and span > 0 and span ~= tau
-    ts, tns = split(v)
+  if st then
+    span = st[4]
+    changed = span > 0 and span ~= tau
+    ts, tns = st[2], st[3]
     if long then ts, tns = ceil_us(ts, tns) end
-    raw = diff(ts, tns, now_s, now_ns)
+    raw = (ts - now_s) * E9 + (tns - now_ns) -- diff, inlined
     if raw < 0 then raw = 0 end
     debt = raw
     if changed and raw > 0 then debt = rescale(diff_up_us(ts, tns, now_s, now_ns), span, tau) end
@@ -208,22 +280,27 @@ local function decide_bucket(key, alg, long, interval, tau, burst, maxwait)
   local reset = raw
   if raw >= TWO53 then reset = up_diff(ts, tns, now_s, now_ns) end
   if cost == 0 or cost > burst then
-    local reason = 0
-    if cost > burst then reason = 2 end
-    return { cost == 0 and 1 or 0, reason, idiv(roompos, interval), reset, 0, 0 }
+    if cost > burst then return 0, 2, idiv(roompos, interval), reset, 0 end
+    return 1, 0, idiv(roompos, interval), reset, 0
   end
   if wait <= 0 or (alg == 2 and wait <= maxwait) then
     local delay = 0
     if wait > 0 then delay = wait end
     local left = room - need
     if left < 0 then left = 0 end
-    local s, ns = add(now_s, now_ns, debt + need)
+    -- The TAT, now + debt + need: add and idiv, inlined on this path,
+    -- which every admitted take runs.
+    local d = debt + need
+    local r = fmod(d, E9)
+    local s, ns = now_s + (d - r) / E9, now_ns + r
+    if ns >= E9 then s, ns = s + 1, ns - E9 end
     -- Live until the TAT rounded up to the microsecond: full then under
     -- any limit.
-    local ttl = debt + need
-    local r = math.fmod(ns, 1000)
+    local ttl = d
+    r = fmod(ns, 1000)
     if r > 0 then ttl = ttl + 1000 - r end
-    return { 1, 0, idiv(left, interval), debt + need, 0, delay }, fmt(s, ns) .. ':' .. string.format('%d', tau), ttl
+    next_s, next_ns = s, ns
+    return 1, 0, (left - fmod(left, interval)) / interval, d, delay, true, ttl
   end
   local retry
   if changed then
@@ -239,57 +316,41 @@ local function decide_bucket(key, alg, long, interval, tau, burst, maxwait)
   else
     retry = wait - wmax
   end
-  return { 0, 1, idiv(roompos, interval), reset, retry, 0 }
+  return 0, 1, idiv(roompos, interval), reset, retry
 end
 
--- Whether a window value recording window sw (nil: an older value) was
--- written under window w: an older one was, unless w is longer than 100 days.
-local function same_window(sw, w, long)
-  if sw == nil then return not long end
-  return sw == w
-end
-
-local function decide_fixed(key, w, limit, long)
+local function decide_fixed(st, w, limit)
   local ss, sns = window_start(w)
   local count = 0
-  local v = redis.call('GET', key)
-  if v then
-    local f = fields(v)
-    if same_window(tonumber(f[3] or ''), w, long) then
-      local as, ans = split(f[1])
-      if later(as, ans, ss, sns) then ss, sns = as, ans end
-      if as == ss and ans == sns then count = tonumber(f[2]) end
-    end
+  if st and st[5] == w then
+    local as, ans = st[2], st[3]
+    if later(as, ans, ss, sns) then ss, sns = as, ans end
+    if as == ss and ans == sns then count = st[4] end
   end
   local to_end = diff(ss, sns, now_s, now_ns) + w
   local reset = 0
   if count > 0 then reset = to_end end
   local rem = limit - count
   if rem < 0 then rem = 0 end
-  if cost == 0 then return { 1, 0, rem, reset, 0, 0 } end
-  if cost > limit then return { 0, 2, rem, reset, 0, 0 } end
+  if cost == 0 then return 1, 0, rem, reset, 0 end
+  if cost > limit then return 0, 2, rem, reset, 0 end
   if count + cost <= limit then
-    return { 1, 0, limit - count - cost, to_end, 0, 0 },
-      fmt(ss, sns) .. ':' .. string.format('%d', count + cost) .. ':' .. string.format('%d', w), to_end
+    return 1, 0, limit - count - cost, to_end, 0, { 3, ss, sns, count + cost, w }, to_end
   end
-  return { 0, 1, rem, reset, to_end, 0 }
+  return 0, 1, rem, reset, to_end
 end
 
-local function decide_sliding(key, w, limit, long)
+local function decide_sliding(st, w, limit, long)
   local ss, sns = window_start(w)
   local cur, prev = 0, 0
-  local v = redis.call('GET', key)
-  if v then
-    local f = fields(v)
-    if same_window(tonumber(f[4] or ''), w, long) then
-      local as, ans = split(f[1])
-      if later(as, ans, ss, sns) then ss, sns = as, ans end
-      local gap = diff(ss, sns, as, ans)
-      if gap == 0 then
-        cur, prev = tonumber(f[2]), tonumber(f[3])
-      elseif gap == w then
-        prev = tonumber(f[2])
-      end
+  if st and st[6] == w then
+    local as, ans = st[2], st[3]
+    if later(as, ans, ss, sns) then ss, sns = as, ans end
+    local gap = diff(ss, sns, as, ans)
+    if gap == 0 then
+      cur, prev = st[4], st[5]
+    elseif gap == w then
+      prev = st[4]
     end
   end
   local since = diff(now_s, now_ns, ss, sns)
@@ -301,12 +362,12 @@ local function decide_sliding(key, w, limit, long)
     return 0
   end
   local est = estimate(prev, cur, w, elapsed)
-  if cost == 0 then return { 1, 0, floor_pos(limit - est), reset_after(cur, prev), 0, 0 } end
-  if cost > limit then return { 0, 2, floor_pos(limit - est), reset_after(cur, prev), 0, 0 } end
+  if cost == 0 then return 1, 0, floor_pos(limit - est), reset_after(cur, prev), 0 end
+  if cost > limit then return 0, 2, floor_pos(limit - est), reset_after(cur, prev), 0 end
   if fits(prev, cur, w, elapsed, cost, limit) then
     local reset = reset_after(cur + cost, prev)
-    return { 1, 0, floor_pos(limit - estimate(prev, cur + cost, w, elapsed)), reset, 0, 0 },
-      fmt(ss, sns) .. ':' .. string.format('%d', cur + cost) .. ':' .. string.format('%d', prev) .. ':' .. string.format('%d', w), reset
+    return 1, 0, floor_pos(limit - estimate(prev, cur + cost, w, elapsed)), reset, 0,
+      { 4, ss, sns, cur + cost, prev, w }, reset
   end
   local unit = 1
   if long then unit = 1000 end
@@ -316,26 +377,21 @@ local function decide_sliding(key, w, limit, long)
   else
     retry = w - since + first_fit(0, w, unit, cur, 0, w, cost, limit)
   end
-  return { 0, 1, floor_pos(limit - est), reset_after(cur, prev), retry, 0 }
+  return 0, 1, floor_pos(limit - est), reset_after(cur, prev), retry
 end
 
--- A sliding log is stored as "w;at:cost,at:cost,..." in time order.
-local function decide_log(key, w, limit, long)
+-- A sliding log's entries are in time order. The next state is a new table:
+-- the cached one stays as it was until the request as a whole is allowed.
+local function decide_log(st, w, limit)
   local live = {}
   local sum = 0
-  local v = redis.call('GET', key)
-  if v then
-    local body, sw = v, nil
-    local j = string.find(v, ';', 1, true)
-    if j then sw, body = tonumber(string.sub(v, 1, j - 1)), string.sub(v, j + 1) end
-    if same_window(sw, w, long) then
-      for at, c in string.gmatch(body, '(%d+):(%d+)') do
-        local as, ans = split(at)
-        if diff(as, ans, now_s, now_ns) + w > 0 then
-          c = tonumber(c)
-          live[#live + 1] = { as, ans, c }
-          sum = sum + c
-        end
+  if st and st[2] == w then
+    local entries = st[3]
+    for k = 1, #entries do
+      local e = entries[k]
+      if diff(e[1], e[2], now_s, now_ns) + w > 0 then
+        live[#live + 1] = e
+        sum = sum + e[3]
       end
     end
   end
@@ -347,20 +403,18 @@ local function decide_log(key, w, limit, long)
   end
   local rem = limit - sum
   if rem < 0 then rem = 0 end
-  if cost == 0 then return { 1, 0, rem, reset, 0, 0 } end
-  if cost > limit then return { 0, 2, rem, reset, 0, 0 } end
+  if cost == 0 then return 1, 0, rem, reset, 0 end
+  if cost > limit then return 0, 2, rem, reset, 0 end
   if sum + cost <= limit then
     local as, ans = now_s, now_ns
     if n > 0 and later(live[n][1], live[n][2], as, ans) then as, ans = live[n][1], live[n][2] end
     if n > 0 and live[n][1] == as and live[n][2] == ans then
-      live[n][3] = live[n][3] + cost
+      live[n] = { as, ans, live[n][3] + cost }
     else
       live[n + 1] = { as, ans, cost }
     end
-    local parts = {}
-    for k = 1, #live do parts[k] = fmt(live[k][1], live[k][2]) .. ':' .. string.format('%d', live[k][3]) end
     local ttl = diff(as, ans, now_s, now_ns) + w
-    return { 1, 0, limit - sum - cost, ttl, 0, 0 }, string.format('%d', w) .. ';' .. table.concat(parts, ','), ttl
+    return 1, 0, limit - sum - cost, ttl, 0, { 5, w, live }, ttl
   end
   local need = sum + cost - limit
   local retry = 0
@@ -371,24 +425,61 @@ local function decide_log(key, w, limit, long)
       break
     end
   end
-  return { 0, 1, rem, reset, retry, 0 }
+  return 0, 1, rem, reset, retry
 end
 
-local function store(key, value, ttl)
-  -- PX has millisecond resolution: round up, so a key never expires before
-  -- its bucket is full again. A longer life never changes a decision (the
-  -- value itself says when the bucket is full), so a floor is safe.
+-- PX has millisecond resolution: round up, so a key never expires before
+-- its bucket is full again. A longer life never changes a decision (the
+-- value itself says when the bucket is full), so a floor is safe. Redis
+-- formats a number argument with 17 significant digits: a whole number of
+-- ms below 2^53 is sent exactly.
+local function px(ttl)
   local ms = idiv(ttl + 999999, 1000000)
   if ms < 1 then ms = 1 end
   if ms < min_ttl then ms = min_ttl end
-  redis.call('SET', key, value, 'PX', string.format('%d', ms))
+  return ms
 end
 
--- An algorithm code: the algorithm (1 to 5) and whether the limit is longer
--- than 100 days (codes 6 to 10).
-local function algorithm(code)
-  if code > 5 then return code - 5, true end
-  return code, false
+-- Decides one bucket under limit j; a limit longer than 100 days at the
+-- time truncated to the microsecond.
+local function decide(st, j)
+  local alg, long = lalg[j], llong[j]
+  if st and st[1] ~= alg then st = false end
+  if not long then
+    if alg <= 2 then return decide_bucket(st, alg, false, la[j], lb[j], lc[j], ld[j]) end
+    if alg == 3 then return decide_fixed(st, la[j], lb[j]) end
+    if alg == 4 then return decide_sliding(st, la[j], lb[j], false) end
+    return decide_log(st, la[j], lb[j])
+  end
+  local saved = now_ns
+  now_ns = now_ns - fmod(now_ns, 1000)
+  local ok, reason, rem, reset, wait, nx, ttl
+  if alg <= 2 then
+    ok, reason, rem, reset, wait, nx, ttl = decide_bucket(st, alg, true, la[j], lb[j], lc[j], ld[j])
+  elseif alg == 3 then
+    ok, reason, rem, reset, wait, nx, ttl = decide_fixed(st, la[j], lb[j])
+  elseif alg == 4 then
+    ok, reason, rem, reset, wait, nx, ttl = decide_sliding(st, la[j], lb[j], true)
+  else
+    ok, reason, rem, reset, wait, nx, ttl = decide_log(st, la[j], lb[j])
+  end
+  now_ns = saved
+  return ok, reason, rem, reset, wait, nx, ttl
+end
+
+-- The state of each key read or written in this call (false: absent), and
+-- in mode "u" its value as stored or to be stored ('' when absent).
+local states, values = {}, {}
+local undo_mode = mode == 'u'
+local function load(key)
+  local st = states[key]
+  if st == nil then
+    local v = redis.call('GET', key)
+    st = decode(v)
+    states[key] = st
+    if undo_mode then values[key] = v or '' end
+  end
+  return st
 end
 
 -- Gives back cost to a bucket that an earlier take at now consumed. If the
@@ -397,137 +488,178 @@ end
 -- since, cost is given back arithmetically, never more than was taken: not
 -- at all if that take was under another fill time or window, whose value
 -- does not hold ours.
-local function refund(key, code, a, b, written, before)
+local function refund(key, j, written, before)
+  states[key] = nil -- read again when reported
   local v = redis.call('GET', key)
   if written ~= '' and v == written then
     if before == '' then redis.call('DEL', key) else redis.call('SET', key, before, 'KEEPTTL') end
     return
   end
-  if not v then return end
-  local alg, long = algorithm(code)
-  if alg == 1 or alg == 2 then
-    local f = fields(v)
-    if f[2] and tonumber(f[2]) ~= b then return end
-    local ts, tns = split(f[1])
-    local s, ns = add(ts, tns, -cost * a)
+  local alg, long, a, b = lalg[j], llong[j], la[j], lb[j]
+  local st = decode(v)
+  if not st or st[1] ~= alg then return end
+  if alg <= 2 then
+    if st[4] ~= b then return end
+    local s, ns = add(st[2], st[3], -cost * a)
     local left = diff(s, ns, now_s, now_ns)
-    if left <= 0 then redis.call('DEL', key) else store(key, fmt(s, ns) .. ':' .. string.format('%d', b), left) end
-  elseif alg == 3 or alg == 4 then
-    local f = fields(v)
-    if not same_window(tonumber(f[alg] or ''), a, long) then return end
+    if left <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, encode({ alg, s, ns, b }), 'PX', px(left))
+    end
+  elseif alg <= 4 then
+    if st[alg + 2] ~= a then return end
     local ss, sns = window_start(a)
-    local as, ans = split(f[1])
-    if as == ss and ans == sns then
-      local count = tonumber(f[2]) - cost
+    if st[2] == ss and st[3] == sns then
+      local count = st[4] - cost
       if count < 0 then count = 0 end
-      f[2] = string.format('%d', count)
-      redis.call('SET', key, table.concat(f, ':'), 'KEEPTTL')
+      st[4] = count
+      redis.call('SET', key, encode(st), 'KEEPTTL')
     end
   else
-    local body, prefix = v, ''
-    local j = string.find(v, ';', 1, true)
-    local sw = nil
-    if j then sw, prefix, body = tonumber(string.sub(v, 1, j - 1)), string.sub(v, 1, j), string.sub(v, j + 1) end
-    if not same_window(sw, a, long) then return end
+    if st[2] ~= a then return end
     local mns = now_ns
-    if long then mns = mns - math.fmod(mns, 1000) end
-    local mark = fmt(now_s, mns) .. ':'
-    local parts, done = {}, false
-    for entry in string.gmatch(body, '[^,]+') do
-      if not done and string.sub(entry, 1, #mark) == mark then
-        local c = tonumber(string.sub(entry, #mark + 1)) - cost
+    if long then mns = mns - fmod(mns, 1000) end
+    local entries, kept, done = st[3], {}, false
+    for k = 1, #entries do
+      local e = entries[k]
+      if not done and e[1] == now_s and e[2] == mns then
         done = true
-        if c > 0 then parts[#parts + 1] = mark .. string.format('%d', c) end
+        if e[3] > cost then kept[#kept + 1] = { e[1], e[2], e[3] - cost } end
       else
-        parts[#parts + 1] = entry
+        kept[#kept + 1] = e
       end
     end
-    if #parts == 0 then redis.call('DEL', key) else redis.call('SET', key, prefix .. table.concat(parts, ','), 'KEEPTTL') end
+    if #kept == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, encode({ 5, a, kept }), 'KEEPTTL')
+    end
   end
 end
 
--- Decides one bucket; a limit longer than 100 days at the time truncated to
--- the microsecond.
-local function decide(key, code, a, b, c, d)
-  local alg, long = algorithm(code)
-  local saved = now_ns
-  if long then now_ns = now_ns - math.fmod(now_ns, 1000) end
-  local st, value, ttl
-  if alg == 1 or alg == 2 then
-    st, value, ttl = decide_bucket(key, alg, long, a, b, c, d)
-  elseif alg == 3 then
-    st, value, ttl = decide_fixed(key, a, b, long)
-  elseif alg == 4 then
-    st, value, ttl = decide_sliding(key, a, b, long)
-  else
-    st, value, ttl = decide_log(key, a, b, long)
-  end
-  now_ns = saved
-  return st, value, ttl
-end
-
-local out, undo = {}, {}
-local stride = 6
-if mode == 'r' then stride = 8 end
-local p = 4
-for _ = 1, tonumber(ARGV[3]) do
-  cost = tonumber(ARGV[p + 1])
-  local m = tonumber(ARGV[p + 2])
-  local keys, algs, as, bs, cs, ds = {}, {}, {}, {}, {}, {}
+-- The reply's fields, four per bucket, packed at the end: one struct.pack
+-- call per up to 200 buckets costs less than one per bucket.
+local out, nout = {}, 0
+local undo = {}
+local written = {} -- key -> time to live of the state to write, ns
+local order = {}   -- written keys, in the order first written
+local keys, lims, oks, nexts, ttls, tats, tatns, before, after = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local blob = ARGV[5]
+local pos, size, argi = 1, #blob, 6
+while pos <= size do
+  if pos + 11 > size then return redis.error_reply('ERR ratelimit: bad request arguments') end
+  local c1, c2, c3, c4, c5, c6, c7, c8, m1, m2, m3, m4 = byte(blob, pos, pos + 11)
+  pos = pos + 12
+  if c8 ~= 0 then return redis.error_reply('ERR ratelimit: bad cost') end
+  cost = c1 + 256 * (c2 + 256 * (c3 + 256 * (c4 + 256 * (c5 + 256 * (c6 + 256 * c7)))))
+  local m = m1 + 256 * (m2 + 256 * (m3 + 256 * m4))
+  if pos + 8 * m - 1 > size then return redis.error_reply('ERR ratelimit: bad request arguments') end
   for i = 1, m do
-    local q = p + 2 + (i - 1) * stride
-    keys[i] = KEYS[tonumber(ARGV[q + 1])]
-    algs[i], as[i], bs[i] = tonumber(ARGV[q + 2]), tonumber(ARGV[q + 3]), tonumber(ARGV[q + 4])
-    cs[i], ds[i] = tonumber(ARGV[q + 5]), tonumber(ARGV[q + 6])
-    if not keys[i] or not algs[i] or algs[i] < 1 or algs[i] > 10 or algs[i] ~= math.floor(algs[i]) then
+    local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
+    pos = pos + 8
+    local key, j = KEYS[k1 + 256 * (k2 + 256 * (k3 + 256 * k4))], j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
+    if not key or not lalg[j] then
       return redis.error_reply('ERR ratelimit: bad arguments for bucket ' .. i)
     end
+    keys[i], lims[i] = key, j
     if mode == 'r' then
-      refund(keys[i], algs[i], as[i], bs[i], ARGV[q + 7], ARGV[q + 8])
+      refund(key, j, ARGV[argi] or '', ARGV[argi + 1] or '')
+      argi = argi + 2
     end
   end
-  p = p + 2 + m * stride
   if mode == 'r' then cost = 0 end -- then report each bucket as it stands
-  local before = {}
-  if mode == 'u' then
-    for i = 1, m do before[i] = redis.call('GET', keys[i]) or '' end
+  if undo_mode then
+    for i = 1, m do
+      load(keys[i])
+      before[i] = values[keys[i]]
+    end
   end
-  local base = #out
-  local values, ttls = {}, {}
   local allowed = true
+  local base = nout
   for i = 1, m do
-    local st, value, ttl = decide(keys[i], algs[i], as[i], bs[i], cs[i], ds[i])
-    if st[1] == 0 then allowed = false end
-    values[i], ttls[i] = value, ttl
-    for k = 1, 6 do out[#out + 1] = st[k] end
+    local key, j = keys[i], lims[i]
+    local st = states[key]
+    if st == nil then st = load(key) end
+    local ok, reason, rem, reset, wait, nx, ttl
+    local alg = lalg[j]
+    if alg <= 2 and not llong[j] then
+      if st and st[1] ~= alg then st = false end
+      ok, reason, rem, reset, wait, nx, ttl = decide_bucket(st, alg, false, la[j], lb[j], lc[j], ld[j])
+    else
+      ok, reason, rem, reset, wait, nx, ttl = decide(st, j)
+    end
+    if ok == 0 then allowed = false end
+    oks[i], nexts[i], ttls[i] = ok, nx, ttl
+    if nx == true then tats[i], tatns[i] = next_s, next_ns end
+    out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, wait
+    nout = nout + 4
   end
   if allowed and cost > 0 then
     for i = 1, m do
-      if values[i] then store(keys[i], values[i], ttls[i]) end
-    end
-  end
-  if mode == 'u' then
-    for i = 1, m do
-      undo[#undo + 1] = before[i]
-      undo[#undo + 1] = (allowed and cost > 0 and values[i]) or ''
-    end
-  end
-  if not allowed then
-    -- Nothing is consumed: report each allowing bucket's balance as it
-    -- stands, reading with cost 0.
-    local saved = cost
-    cost = 0
-    for i = 1, m do
-      local o = base + (i - 1) * 6
-      if out[o + 1] == 1 then
-        local st = decide(keys[i], algs[i], as[i], bs[i], cs[i], ds[i])
-        for k = 1, 6 do out[o + k] = st[k] end
+      local key, nx = keys[i], nexts[i]
+      after[i] = ''
+      if nx then
+        if nx == true then
+          -- A token bucket's state is updated in place, or made once.
+          local j = lims[i]
+          local st = states[key]
+          if st and st[1] == lalg[j] then
+            st[2], st[3], st[4] = tats[i], tatns[i], lb[j]
+          else
+            states[key] = { lalg[j], tats[i], tatns[i], lb[j] }
+          end
+        else
+          states[key] = nx
+        end
+        if not written[key] then order[#order + 1] = key end
+        written[key] = ttls[i]
+        if undo_mode then
+          after[i] = encode(states[key])
+          values[key] = after[i]
+        end
       end
     end
-    cost = saved
+  else
+    if not allowed then
+      -- Nothing is consumed: report each allowing bucket's balance as it
+      -- stands, reading with cost 0.
+      local saved = cost
+      cost = 0
+      for i = 1, m do
+        if oks[i] == 1 then
+          local _, reason, rem, reset = decide(load(keys[i]), lims[i])
+          local o = base + 4 * (i - 1)
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = reason, rem, reset, 0
+        end
+      end
+      cost = saved
+    end
+    for i = 1, m do after[i] = '' end
+  end
+  if undo_mode then
+    for i = 1, m do
+      undo[#undo + 1] = before[i]
+      undo[#undo + 1] = after[i]
+    end
   end
 end
-out[#out + 1] = now_s
-out[#out + 1] = now_ns
-if mode == 'u' then out[#out + 1] = undo end
-return out
+for k = 1, #order do
+  local key = order[k]
+  local v = values[key]
+  if not undo_mode then v = encode(states[key]) end
+  redis.call('SET', key, v, 'PX', px(written[key]))
+end
+local parts = { pack('<i8i4', now_s, now_ns) }
+local chunk = 200
+local full = '<' .. rep('Bi8i8i8', chunk)
+for k = 0, nout - 1, 4 * chunk do
+  local n = (nout - k) / 4
+  if n >= chunk then
+    parts[#parts + 1] = pack(full, unpack(out, k + 1, k + 4 * chunk))
+  else
+    parts[#parts + 1] = pack('<' .. rep('Bi8i8i8', n), unpack(out, k + 1, nout))
+  end
+end
+if undo_mode then return { concat(parts), undo } end
+return { concat(parts) }

@@ -7,6 +7,7 @@ package goredis_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -771,8 +772,8 @@ func fakeScriptServer(script func(cmd []string) string) func(cmd []string) strin
 	}
 }
 
-// fakeSec is the time the fake's valid replies carry, in Unix seconds.
-var fakeSec = frozenAt.Unix()
+// fakeAt is the time the fake's valid replies carry.
+var fakeAt = frozenAt
 
 // fakeScriptCall is the parts of an EVALSHA or EVAL the fake looks at.
 type fakeScriptCall struct {
@@ -787,61 +788,77 @@ func parseFakeScriptCall(cmd []string) (fakeScriptCall, error) {
 		return fakeScriptCall{}, fmt.Errorf("short script call %q", cmd)
 	}
 	nk, err := strconv.Atoi(cmd[2])
-	if err != nil || len(cmd) < 3+nk+4 {
+	if err != nil || len(cmd) < 3+nk+5 {
 		return fakeScriptCall{}, fmt.Errorf("bad script call %q", cmd)
 	}
 	c := fakeScriptCall{keys: cmd[3 : 3+nk]}
 	argv := cmd[3+nk:]
 	c.mode = argv[1]
-	stride := 6 // key index, algorithm and four numbers
-	if c.mode == redisscript.ModeRefund {
-		stride = 8 // and the value the take wrote, the value before it
-	}
-	reqs, _ := strconv.Atoi(argv[2])
-	i := 4 // time, mode, request count, least TTL
-	for range reqs {
-		if i+1 >= len(argv) {
-			return fakeScriptCall{}, fmt.Errorf("bad script arguments %q", argv)
+	// time, mode, least TTL, limits, then the requests: per request its
+	// cost and bucket count, then per bucket a key and a limit index.
+	reqs := []byte(argv[4])
+	for len(reqs) > 0 {
+		if len(reqs) < 12 {
+			return fakeScriptCall{}, fmt.Errorf("bad requests argument %q", argv[4])
 		}
-		nb, _ := strconv.Atoi(argv[i+1])
-		if i+2+stride*nb > len(argv) {
-			return fakeScriptCall{}, fmt.Errorf("bad script arguments %q", argv)
-		}
-		for b := range nb {
-			if stride == 8 {
-				q := i + 2 + b*stride
-				c.refund = append(c.refund, argv[q+6], argv[q+7])
-			}
+		nb := int(binary.LittleEndian.Uint32(reqs[8:]))
+		if len(reqs) < 12+8*nb {
+			return fakeScriptCall{}, fmt.Errorf("bad requests argument %q", argv[4])
 		}
 		c.buckets += nb
-		i += 2 + stride*nb
+		reqs = reqs[12+8*nb:]
+	}
+	if c.mode == redisscript.ModeRefund {
+		// the value each bucket's take wrote and the value before it
+		c.refund = argv[5:]
+		if len(c.refund) != 2*c.buckets {
+			return fakeScriptCall{}, fmt.Errorf("%d refund arguments for %d buckets", len(c.refund), c.buckets)
+		}
 	}
 	return c, nil
 }
 
 // fakeReply is the reply of the real script to c, every bucket answering
-// (allowed, remaining), and for ModeTakeUndo the undo array, "before" and
-// "written" for every bucket.
+// allowed with 5 remaining or denied, and for ModeTakeUndo the undo array,
+// "before" and "written" for every bucket.
 func fakeReply(c fakeScriptCall, allowed bool, before, written string) string {
-	var vals []int64
+	var states []core.BucketState
 	for range c.buckets {
 		if allowed {
-			vals = append(vals, 1, 0, 5, int64(time.Hour), 0, 0)
+			states = append(states, core.BucketState{Allowed: true, Remaining: 5, ResetAfter: time.Hour})
 		} else {
-			vals = append(vals, 0, 1, 0, int64(time.Hour), int64(time.Second), 0)
+			states = append(states, core.BucketState{Reason: core.ReasonLimited, ResetAfter: time.Hour, RetryAfter: time.Second})
 		}
 	}
-	vals = append(vals, fakeSec, 0)
 	if c.mode != redisscript.ModeTakeUndo {
-		return redistests.RespInts(vals...)
+		return redistests.RespReply(fakeAt, states...)
 	}
-	out := redistests.RespInts(vals...)
-	out = "*" + strconv.Itoa(len(vals)+1) + out[strings.Index(out, "\r\n"):]
-	out += "*" + strconv.Itoa(2*c.buckets) + "\r\n"
+	undo := "*" + strconv.Itoa(2*c.buckets) + "\r\n"
 	for range c.buckets {
-		out += redistests.RespBulk(before) + redistests.RespBulk(written)
+		undo += redistests.RespBulk(before) + redistests.RespBulk(written)
 	}
-	return out
+	return redistests.RespUndoReply(fakeAt, undo, states...)
+}
+
+// fakeAllowed is the script's binary reply allowing one bucket at fakeAt.
+var fakeAllowed = string(redisscript.AppendReply(nil, fakeAt, core.BucketState{Allowed: true, Remaining: 5, ResetAfter: time.Hour}))
+
+// fakeRecord returns fakeAllowed with its bucket record replaced: a code
+// byte and three little-endian int64.
+func fakeRecord(code byte, remaining, reset, wait int64) string {
+	b := []byte(fakeAllowed[:redisscript.HeaderSize])
+	b = append(b, code)
+	for _, v := range []int64{remaining, reset, wait} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return "*1\r\n" + redistests.RespBulk(string(b))
+}
+
+// fakeTime returns fakeAllowed with its time replaced.
+func fakeTime(sec int64, ns int32) string {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(sec))
+	b = binary.LittleEndian.AppendUint32(b, uint32(ns))
+	return "*1\r\n" + redistests.RespBulk(string(b)+fakeAllowed[redisscript.HeaderSize:])
 }
 
 // garbageReplies is every reply the store must refuse for a one-bucket call.
@@ -854,21 +871,23 @@ var garbageReplies = []struct {
 	{"simple string", "+OK\r\n", redisscript.ErrReply},
 	{"integer", ":1\r\n", redisscript.ErrReply},
 	{"empty array", "*0\r\n", redisscript.ErrReply},
-	{"short array", redistests.RespInts(1, 0, 5, 0, 0), redisscript.ErrReply},
-	{"long array", redistests.RespInts(1, 0, 5, 0, 0, 0, fakeSec, 0, 7), redisscript.ErrReply},
-	{"array holding a string", "*8\r\n:1\r\n:0\r\n$1\r\n5\r\n:0\r\n:0\r\n:0\r\n:" + strconv.FormatInt(fakeSec, 10) + "\r\n:0\r\n", redisscript.ErrReply},
-	{"array holding an array", "*8\r\n*1\r\n:1\r\n:0\r\n:5\r\n:0\r\n:0\r\n:0\r\n:" + strconv.FormatInt(fakeSec, 10) + "\r\n:0\r\n", redisscript.ErrReply},
-	{"array holding nil", "*8\r\n$-1\r\n:0\r\n:5\r\n:0\r\n:0\r\n:0\r\n:" + strconv.FormatInt(fakeSec, 10) + "\r\n:0\r\n", redisscript.ErrReply},
-	{"allowed out of range", redistests.RespInts(2, 0, 5, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"reason out of range", redistests.RespInts(0, 9, 0, 0, 1, 0, fakeSec, 0), redisscript.ErrReply},
-	{"allowed with a reason", redistests.RespInts(1, 1, 5, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"denied without a reason", redistests.RespInts(0, 0, 0, 0, 1, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative remaining", redistests.RespInts(1, 0, -1, 0, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative reset", redistests.RespInts(1, 0, 5, -1, 0, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative retry", redistests.RespInts(0, 1, 0, 0, -1, 0, fakeSec, 0), redisscript.ErrReply},
-	{"negative delay", redistests.RespInts(1, 0, 5, 0, 0, -1, fakeSec, 0), redisscript.ErrReply},
-	{"nanoseconds out of range", redistests.RespInts(1, 0, 5, 0, 0, 0, fakeSec, 1e9), redisscript.ErrReply},
-	{"negative time", redistests.RespInts(1, 0, 5, 0, 0, 0, -1, 0), redisscript.ErrReply},
+	{"array of three", "*3\r\n" + redistests.RespBulk(fakeAllowed) + "*0\r\n:1\r\n", redisscript.ErrReply},
+	{"undo where none is due", "*2\r\n" + redistests.RespBulk(fakeAllowed) + "*0\r\n", redisscript.ErrReply},
+	{"array holding an integer", "*1\r\n:1\r\n", redisscript.ErrReply},
+	{"array holding an array", "*1\r\n*1\r\n:1\r\n", redisscript.ErrReply},
+	{"array holding nil", "*1\r\n$-1\r\n", redisscript.ErrReply},
+	{"second element not an array", "*2\r\n" + redistests.RespBulk(fakeAllowed) + ":1\r\n", redisscript.ErrReply},
+	{"short reply", "*1\r\n" + redistests.RespBulk(fakeAllowed[:len(fakeAllowed)-1]), redisscript.ErrReply},
+	{"long reply", "*1\r\n" + redistests.RespBulk(fakeAllowed+"x"), redisscript.ErrReply},
+	{"empty reply", "*1\r\n$0\r\n\r\n", redisscript.ErrReply},
+	{"code out of range", fakeRecord(3, 5, 0, 0), redisscript.ErrReply},
+	{"retry on a cost above the limit", fakeRecord(2, 0, 0, 1), redisscript.ErrReply},
+	{"negative remaining", fakeRecord(0, -1, 0, 0), redisscript.ErrReply},
+	{"negative reset", fakeRecord(0, 5, -1, 0), redisscript.ErrReply},
+	{"negative retry", fakeRecord(1, 0, 0, -1), redisscript.ErrReply},
+	{"negative delay", fakeRecord(0, 5, 0, -1), redisscript.ErrReply},
+	{"nanoseconds out of range", fakeTime(fakeAt.Unix(), 1e9), redisscript.ErrReply},
+	{"negative time", fakeTime(-1, 0), redisscript.ErrReply},
 	// go-redis turns a nil reply into redis.Nil before the store sees it.
 	{"nil bulk string", "$-1\r\n", redis.Nil},
 	{"nil array", "*-1\r\n", redis.Nil},
@@ -937,7 +956,7 @@ func TestFaultGarbageReplies(t *testing.T) {
 			if strings.EqualFold(cmd[0], "EVALSHA") {
 				return "-NOSCRIPT No matching script. Please use EVAL.\r\n"
 			}
-			return redistests.RespInts(2, 0, 5, 0, 0, 0, fakeSec, 0)
+			return fakeRecord(3, 5, 0, 0)
 		}))
 		store := mustStore(t, faultClient(t, &redis.Options{ContextTimeoutEnabled: true, Addr: f.Addr, Protocol: 2, MaxRetries: -1}))
 		take := core.Take{Cost: 1, Buckets: []core.Bucket{{Rule: rule.Name, Key: "u", Limit: &rule.Limit}}, States: make([]core.BucketState, 1)}
@@ -1014,8 +1033,8 @@ func TestFaultGarbageReplies(t *testing.T) {
 			want  error // nil: a denial, no error
 		}{
 			{"denied", fakeReply(one, false, "", ""), nil},
-			{"array holding a string", "*3\r\n:1\r\n$3\r\nbad\r\n:0\r\n", redisscript.ErrReply},
-			{"short array", "*4\r\n:1\r\n:0\r\n:5\r\n*2\r\n$0\r\n\r\n$0\r\n\r\n", redisscript.ErrReply},
+			{"array holding an integer", "*2\r\n:1\r\n*2\r\n$0\r\n\r\n$0\r\n\r\n", redisscript.ErrReply},
+			{"short reply", "*2\r\n" + redistests.RespBulk(fakeAllowed[:20]) + "*2\r\n$0\r\n\r\n$0\r\n\r\n", redisscript.ErrReply},
 			{"undo of the wrong length", strings.Replace(fakeReply(one, true, "", "x"), "*2\r\n$0", "*1\r\n$0", 1), redisscript.ErrReply},
 			{"undo holding an integer", strings.Replace(fakeReply(one, true, "", "x"), "$1\r\nx\r\n", ":7\r\n", 1), redisscript.ErrReply},
 			{"error reply", "-ERR ratelimit: bad arguments for bucket 1\r\n", errors.New("any")},

@@ -3,6 +3,7 @@ package goredis_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/bucketry/ratelimit/adapters/goredis"
 	redistests "github.com/bucketry/ratelimit/adapters/test"
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/internal/redisscript"
 	"github.com/bucketry/ratelimit/internal/redistest"
 )
 
@@ -236,5 +238,139 @@ func TestResetDropsLocalDenials(t *testing.T) {
 	}
 	if d, _ := l.Allow(ctx, req); !d.Allowed {
 		t.Fatalf("after Reset: %+v, want allowed", d)
+	}
+}
+
+// TestBatchedCall: one script call carrying many requests reads each key
+// once and writes each key it changes once, at the end, and decides every
+// request as the memory store decides the same takes one after another:
+// each on the state the requests before it in the call left, a denied
+// request consuming nothing. In take-with-undo mode, the undo values chain:
+// each request's value before is the one the last writer before it wrote,
+// and the key ends holding the last writer's value.
+func TestBatchedCall(t *testing.T) {
+	srv := redistest.Standalone(t)
+	client := standaloneClient(srv)(t)
+	ctx := context.Background()
+	if err := client.ScriptLoad(ctx, redisscript.Source()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ls := redistests.Limits(t,
+		core.TokenBucket(core.PerSecond(2), 4),
+		core.Shaping(core.PerSecond(10), 2, 300*time.Millisecond),
+		core.FixedWindow(5, time.Second),
+		core.SlidingWindow(6, time.Second),
+		core.SlidingLog(5, time.Second),
+		core.TokenBucket(core.PerDay(1), 200), // microsecond resolution
+	)
+	for _, mode := range []string{redisscript.ModeTake, redisscript.ModeTakeUndo} {
+		t.Run(mode, func(t *testing.T) {
+			keys, err := redisscript.NewKeys("batch-"+mode, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem, err := core.NewMemoryStore()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(uint64(len(mode)), 2))
+			var b redisscript.Builder
+			b.Reset(redisscript.NowArg(t0.Add(123456789)), mode)
+			var (
+				calls []*redisscript.Call
+				want  [][]core.BucketState
+				last  = map[string]int{} // key -> index in the undo values of its last write
+				nundo int
+			)
+			for range 80 {
+				n := 1 + rng.IntN(2)
+				var buckets []core.Bucket
+				var ks []string
+				for _, i := range rng.Perm(len(ls))[:n] {
+					id := "u" + strconv.Itoa(rng.IntN(2))
+					buckets = append(buckets, core.Bucket{Rule: "r" + strconv.Itoa(i), Key: id, Limit: ls[i]})
+					ks = append(ks, keys.Key("r"+strconv.Itoa(i), id))
+				}
+				cost := int64(rng.IntN(3))
+				tk := &core.Take{Now: t0.Add(123456789), Cost: cost, Buckets: buckets, States: make([]core.BucketState, n)}
+				if err := mem.Take(ctx, tk); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, tk.States)
+				if cost > 0 && redistests.Allowed(tk) {
+					for i, k := range ks {
+						last[k] = nundo + 2*i + 1
+					}
+				}
+				nundo += 2 * n
+				c := &redisscript.Call{Cost: cost, Buckets: buckets, Keys: ks, States: make([]core.BucketState, n)}
+				b.Add(c)
+				calls = append(calls, c)
+			}
+			resetStats(t, srv)
+			v, err := client.EvalSha(ctx, redisscript.SHA(), b.Keys, b.Args()...).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			arr, ok := v.([]any)
+			if !ok || len(arr) < 1 {
+				t.Fatalf("reply %v, want an array", v)
+			}
+			reply, _ := arr[0].(string)
+			if _, err := redisscript.Decode(reply, calls); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range calls {
+				for k := range c.States {
+					if c.States[k] != want[i][k] {
+						t.Fatalf("request %d (cost %d) bucket %s (%v): redis %+v, memory %+v", i, c.Cost, c.Buckets[k].Rule, c.Buckets[k].Limit, c.States[k], want[i][k])
+					}
+				}
+			}
+			cmds := commandCalls(t, srv)
+			if cmds["get"] != int64(len(b.Keys)) || cmds["set"] != int64(len(last)) {
+				t.Errorf("a call of %d requests on %d keys, %d of them changed, ran %v; want one get per key and one set per changed key",
+					len(calls), len(b.Keys), len(last), cmds)
+			}
+			if mode != redisscript.ModeTakeUndo {
+				return
+			}
+			if len(arr) != 2 {
+				t.Fatalf("reply of %d elements, want the undo array too", len(arr))
+			}
+			undo, _ := arr[1].([]any)
+			if len(undo) != nundo {
+				t.Fatalf("%d undo values, want %d", len(undo), nundo)
+			}
+			// Each bucket's value before is what the last writer before it
+			// wrote (or "", none yet); each key holds its last writer's.
+			seen := map[string]any{}
+			u := 0
+			for _, c := range calls {
+				for _, k := range c.Keys {
+					prev, ok := seen[k]
+					if !ok {
+						prev = ""
+					}
+					if undo[u] != prev {
+						t.Fatalf("undo value %d (before, key %s) = %q, want %q", u, k, undo[u], prev)
+					}
+					u += 2
+				}
+				u -= 2 * len(c.Keys)
+				for _, k := range c.Keys {
+					if w := undo[u+1]; w != "" {
+						seen[k] = w
+					}
+					u += 2
+				}
+			}
+			for k, i := range last {
+				got, err := client.Get(ctx, k).Result()
+				if err != nil || got != undo[i] {
+					t.Errorf("key %s holds %q, %v; want its last writer's value %q", k, got, err, undo[i])
+				}
+			}
+		})
 	}
 }

@@ -191,15 +191,13 @@ func TestLocalDenialFlood(t *testing.T) {
 				t.Fatalf("first take: %+v, want allowed", tk.States[0])
 			}
 			// The bucket's TAT, read behind the store's back.
-			// The value is "tat:tau", in Unix ns and ns.
 			raw, err := tc.client.Do(context.Background(), tc.client.B().Get().Key(st.Key("r", "flood")).Build()).ToString()
 			if err != nil {
 				t.Fatal(err)
 			}
-			tatText, _, _ := strings.Cut(raw, ":")
-			v, err := strconv.ParseInt(tatText, 10, 64)
-			if err != nil {
-				t.Fatal(err)
+			v, span, ok := redisscript.DecodeTokenBucket(raw)
+			if !ok || span != int64(time.Minute) {
+				t.Fatalf("stored value %q: TAT %d, fill time %d, ok %v; want a token bucket's of a minute", raw, v, span, ok)
 			}
 			tat := time.Unix(0, v)
 			before := st.Stats()
@@ -595,8 +593,15 @@ func TestGarbageReplies(t *testing.T) {
 	client := newClient(t, rueidis.ClientOption{InitAddress: []string{f.Addr}, ForceSingleClient: true, DisableRetry: true})
 	l := redistests.Limits(t, core.TokenBucket(core.PerMinute(1), 1))[0]
 	b := core.Bucket{Rule: "r", Key: "u", Limit: l}
-	sec := t0.Unix()
-	denial := redistests.RespInts(0, 1, 0, int64(time.Minute), int64(time.Minute), 0, sec, 0) // denied at t0 for a minute
+	denied := core.BucketState{Reason: core.ReasonLimited, ResetAfter: time.Minute, RetryAfter: time.Minute}
+	denial := redistests.RespReply(t0, denied) // denied at t0 for a minute
+	blob := string(redisscript.AppendReply(nil, t0, denied))
+	// patched returns denial's binary string with b written at offset at.
+	patched := func(at int, b ...byte) string {
+		p := []byte(blob)
+		copy(p[at:], b)
+		return "*1\r\n" + redistests.RespBulk(string(p))
+	}
 	noscript := "-NOSCRIPT No matching script. Please use EVAL.\r\n"
 	for _, tc := range []struct {
 		name    string
@@ -608,15 +613,17 @@ func TestGarbageReplies(t *testing.T) {
 		{"nil", "_\r\n", ""},
 		{"double", ",1.5\r\n", ""},
 		{"map", "%1\r\n+a\r\n:1\r\n", ""},
-		{"bulk string element", "*8\r\n:0\r\n:1\r\n:0\r\n:1\r\n:1\r\n:0\r\n$1\r\nx\r\n:0\r\n", ""},
-		{"nested array", "*8\r\n*0\r\n:1\r\n:0\r\n:1\r\n:1\r\n:0\r\n:1\r\n:0\r\n", ""},
-		{"nil element", "*8\r\n_\r\n:1\r\n:0\r\n:1\r\n:1\r\n:0\r\n:1\r\n:0\r\n", ""},
-		{"too short", redistests.RespInts(0, 1, 0), ""},
-		{"too long", redistests.RespInts(0, 1, 0, 1, 1, 0, 1, 0, 0), ""},
-		{"allowed flag 2", redistests.RespInts(2, 0, 0, 1, 1, 0, sec, 0), ""},
-		{"allowed with a reason", redistests.RespInts(1, 1, 0, 1, 1, 0, sec, 0), ""},
-		{"negative remaining", redistests.RespInts(0, 1, -1, 1, 1, 0, sec, 0), ""},
-		{"nanoseconds out of range", redistests.RespInts(0, 1, 0, 1, 1, 0, sec, 1e9), ""},
+		{"empty array", "*0\r\n", ""},
+		{"integer element", "*1\r\n:1\r\n", ""},
+		{"nested array", "*1\r\n*0\r\n", ""},
+		{"nil element", "*1\r\n_\r\n", ""},
+		{"three elements", "*3\r\n" + redistests.RespBulk(blob) + "*0\r\n:1\r\n", ""},
+		{"undo where none is due", "*2\r\n" + redistests.RespBulk(blob) + "*0\r\n", ""},
+		{"too short", "*1\r\n" + redistests.RespBulk(blob[:len(blob)-1]), ""},
+		{"too long", "*1\r\n" + redistests.RespBulk(blob+"x"), ""},
+		{"code out of range", patched(redisscript.HeaderSize, 3), ""},
+		{"negative remaining", patched(redisscript.HeaderSize+1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), ""},
+		{"nanoseconds out of range", patched(8, 0x00, 0xca, 0x9a, 0x3b), ""}, // 1e9
 		{"garbage after NOSCRIPT", noscript, "+OK\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -666,6 +673,7 @@ func TestGarbageReplies(t *testing.T) {
 		{"state is a double", ",5\r\n", true},
 		{"state is not a TAT", "$3\r\n1:2\r\n", false},
 		{"state is negative", "$2\r\n-5\r\n", false},
+		{"state is a shaping bucket's", redistests.RespBulk("\x02" + redisscript.EncodeTokenBucket(t0.UnixNano(), int64(time.Minute))[1:]), false},
 	} {
 		t.Run("local_"+strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			clock := core.NewManualClock(t0)
@@ -689,22 +697,16 @@ func TestGarbageReplies(t *testing.T) {
 	}
 }
 
-// undoReply is a take-with-undo reply for one bucket: its six fields, the
-// time, then the values before and after the take.
-func undoReply(fields []int64, before, written string) string {
-	return rawUndoReply(fields, fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(before), before, len(written), written))
+// undoReply is a take-with-undo reply for one bucket at t0: its state, then
+// the values before and after the take.
+func undoReply(st core.BucketState, before, written string) string {
+	return rawUndoReply(st, "*2\r\n"+redistests.RespBulk(before)+redistests.RespBulk(written))
 }
 
 // rawUndoReply is a take-with-undo reply whose last element is undo, raw
 // RESP.
-func rawUndoReply(fields []int64, undo string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(fields)+3)
-	for _, v := range append(append([]int64(nil), fields...), t0.Unix(), 0) {
-		fmt.Fprintf(&b, ":%d\r\n", v)
-	}
-	b.WriteString(undo)
-	return b.String()
+func rawUndoReply(st core.BucketState, undo string) string {
+	return redistests.RespUndoReply(t0, undo, st)
 }
 
 // TestGarbageRepliesAcrossSlots: in Cluster, the take-with-undo and refund
@@ -720,20 +722,19 @@ func TestGarbageRepliesAcrossSlots(t *testing.T) {
 	st := mustStore(t, client)
 	id := redistests.SplitID(st.Key, "u", "a", "b")
 	buckets := []core.Bucket{{Rule: "a", Key: id, Limit: ls[0]}, {Rule: "b", Key: id, Limit: ls[1]}}
-	minute := int64(time.Minute)
-	allow := []int64{1, 0, 0, minute, 0, 0}
-	deny := []int64{0, 1, 0, minute, minute, 0}
-	tat := strconv.FormatInt(t0.Add(time.Minute).UnixNano(), 10)
+	allow := core.BucketState{Allowed: true, ResetAfter: time.Minute}
+	deny := core.BucketState{Reason: core.ReasonLimited, ResetAfter: time.Minute, RetryAfter: time.Minute}
+	tat := redisscript.EncodeTokenBucket(t0.Add(time.Minute).UnixNano(), int64(time.Minute))
 	good := undoReply(allow, "", tat)
 	for _, tc := range []struct {
 		name    string
 		replies []string
 	}{
-		{"no undo array", []string{redistests.RespInts(append(allow, t0.Unix(), 0)...), good}},
+		{"no undo array", []string{redistests.RespReply(t0, allow), good}},
 		{"undo too short", []string{rawUndoReply(allow, "*1\r\n$0\r\n\r\n"), good}},
 		{"undo holds an integer", []string{rawUndoReply(allow, "*2\r\n:0\r\n$0\r\n\r\n"), good}},
 		{"undo holds an array", []string{rawUndoReply(allow, "*2\r\n*0\r\n$0\r\n\r\n"), good}},
-		{"garbage field", []string{strings.Replace(good, ":1\r\n", "$1\r\n1\r\n", 1), good}},
+		{"reply is an integer", []string{"*2\r\n:1\r\n" + good[strings.Index(good, "\r\n*2\r\n")+2:], good}},
 		{"refund reply with a nested array", []string{good, undoReply(deny, tat, ""), good}},
 		{"refund reply nil", []string{good, undoReply(deny, tat, ""), "_\r\n"}},
 	} {
@@ -747,7 +748,7 @@ func TestGarbageRepliesAcrossSlots(t *testing.T) {
 	}
 	t.Run("refund with undo", func(t *testing.T) {
 		refunds := st.Stats().Refunds
-		f.set([]string{good, undoReply(deny, tat, ""), redistests.RespInts(1, 0, 1, 0, 0, 0, t0.Unix(), 0)}, "", "_\r\n")
+		f.set([]string{good, undoReply(deny, tat, ""), redistests.RespReply(t0, core.BucketState{Allowed: true, Remaining: 1})}, "", "_\r\n")
 		tk := &core.Take{Cost: 1, Buckets: buckets, States: make([]core.BucketState, 2)}
 		if err := st.Take(context.Background(), tk); err != nil {
 			t.Fatal(err)
@@ -758,8 +759,8 @@ func TestGarbageRepliesAcrossSlots(t *testing.T) {
 		if st.Stats().Refunds != refunds+1 {
 			t.Fatalf("stats %+v, want one more refund", st.Stats())
 		}
-		// The refund names the mode, then per bucket its six arguments and
-		// the value the take wrote and the value before it.
+		// The refund names the mode, then per bucket the value the take
+		// wrote and the value before it.
 		args := f.last()
 		if len(args) < 2 || args[len(args)-2] != tat || args[len(args)-1] != "" || !slices.Contains(args, redisscript.ModeRefund) {
 			t.Fatalf("refund EVALSHA %q, want it to end with the written value %s and an empty before", args, tat)

@@ -116,21 +116,41 @@ func readRequirements(path string) ([]module, error) {
 	return mods, nil
 }
 
-// profile reruns one benchmark alone with a CPU profile and returns the
-// command and pprof's top functions. dir receives the profile and the test
-// binary.
+// profile reruns one benchmark alone with a profile and returns the
+// command and pprof's top functions: a CPU profile, or for a verdict on
+// memory (v.profile "heap") or allocations ("allocs") a memory profile read
+// as the bytes or the objects allocated. It runs in the workspace, as the
+// measurements do, so that our modules are those of the working tree. dir
+// receives the profile and the test binary.
 func profile(v verdict, dir, benchtime string) (cmdline, top string, err error) {
 	slug := strings.NewReplacer("/", "_", "=", "-").Replace(v.scenario + "_" + v.impl)
+	flag, sample := "-cpuprofile", ""
+	switch v.profile {
+	case "heap":
+		flag, sample = "-memprofile", "alloc_space"
+	case "allocs":
+		flag, sample = "-memprofile", "alloc_objects"
+	}
 	prof := filepath.Join(dir, slug+".cpu.prof")
+	if v.profile != "" {
+		prof = filepath.Join(dir, slug+"."+v.profile+".prof")
+	}
 	args := []string{"test", "-run", "^$", "-bench", v.profileBench(), "-benchtime", benchtime, "-count", "1",
-		"-cpuprofile", prof, "-o", filepath.Join(dir, "benchmarks.test"), "."}
-	cmdline = "GOWORK=off go " + shellJoin(args)
-	cmd := exec.Command("go", args...)
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
+		flag, prof, "-o", filepath.Join(dir, "benchmarks.test"), "."}
+	cmdline = "go " + shellJoin(args)
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		return cmdline, "", fmt.Errorf("%v: %s", err, lastLines(string(out), 20))
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount", "25", prof).CombinedOutput()
+	pprofArgs := []string{"tool", "pprof", "-top", "-nodecount", "25"}
+	if sample != "" {
+		pprofArgs = append(pprofArgs, "-sample_index", sample)
+	}
+	if v.profile == "heap" {
+		// What the implementation allocates while its keys are created,
+		// not the subjects the benchmark builds beforehand.
+		pprofArgs = append(pprofArgs, "-focus", `benchmarks\.prime`)
+	}
+	out, err := exec.Command("go", append(pprofArgs, prof)...).CombinedOutput()
 	if err != nil {
 		return cmdline, "", fmt.Errorf("pprof: %v: %s", err, lastLines(string(out), 20))
 	}

@@ -270,14 +270,16 @@ func writeReport(o options, res *results, verdicts []verdict) error {
 		done := map[string]bool{}
 		missed := 0
 		for _, v := range verdicts {
-			if !v.known || v.met || v.impl == "" || done[v.scenario+v.impl] {
+			key := v.scenario + " " + v.impl + " " + v.profile
+			if !v.known || v.met || v.impl == "" || done[key] {
 				continue
 			}
-			done[v.scenario+v.impl] = true
+			done[key] = true
 			missed++
-			fmt.Fprintf(os.Stderr, "report: profiling %s, impl=%s\n", v.scenario, v.impl)
+			kindText := map[string]string{"": "CPU", "heap": "bytes allocated", "allocs": "objects allocated"}[v.profile]
+			fmt.Fprintf(os.Stderr, "report: profiling %s, impl=%s (%s)\n", v.scenario, v.impl, kindText)
 			cmdline, top, err := profile(v, o.profileDir, o.profileTime)
-			p("### %s, `%s` (%s)\n\n", v.scenario, v.impl, v.target)
+			p("### %s, `%s` (%s; %s)\n\n", v.scenario, v.impl, v.target, kindText)
 			p("Missed: %s.\n\n```sh\ncd benchmarks && %s\n```\n\n", v.miss, cmdline)
 			if err != nil {
 				p("The profile failed: `%v`\n\n", err)
@@ -326,7 +328,9 @@ var method = strings.Join([]string{
 	"- **Names.** Each benchmark is `Benchmark<Group>/<Scenario>[/g=<goroutines>]/impl=<name>`. `ours*` is this project (`ours_goredis` and `ours_rueidis` are our two Redis stores, with local denials on, as their documentation recommends); `ceiling_*` decide nothing and are not peers; every other name is a peer library. `xrate_single` is one x/time/rate Limiter per tier with no key at all: the floor of what a token bucket costs, run only where there is one key, and counted as a peer.",
 	"- **Same work for everyone.** Every implementation sits behind one interface: one call decides one request against one or three tiers. Each gets the same quota, the same keys (built before the timed loop) and the configuration its documentation recommends; where a default would break a scenario (throttled's 65536-key LRU below the 100k keys, go-redis's pool of 10 per CPU below 64 goroutines), it is raised for everyone and said in the code. Peers check three tiers with three calls in order, stopping at the first denial; none can do it atomically, so a denial by a later tier has already consumed from the earlier ones.",
 	"- **Quotas.** Allow scenarios never deny within a run, and no bucket is full again when its key comes back (a full bucket is reclaimed by our memory store and expires in Redis for ours and redis_rate, while others keep it): one hot key gets 2^29 at once refilled over 50 days, the many-key scenarios 2^18 at once refilled over 50 days (a token every 16s). Deny scenarios allow one request an hour, taken before the run.",
-	"- **Memory** scenarios run GOMAXPROCS goroutines (RunParallel). **Redis** scenarios run 1 goroutine (a plain loop) and 16 and 64 (RunParallel with SetParallelism), against one redis-server on loopback started by `internal/redistest`, emptied before each run.",
+	"- **Goroutines.** `g=1` is a plain loop; `g=n` for n > 1 is RunParallel with SetParallelism, n goroutines when GOMAXPROCS divides n. **Memory** scenarios run at g=1 and g=2 (100k and 1M keys at g=2, eight tiers at g=1). **Redis** scenarios run at 1, 16 and 64 goroutines against one redis-server on loopback started by `internal/redistest`, emptied before each run; `ThreeTierCluster` runs at 1 and 64 against a local Cluster of 3 masters, where each implementation's three keys are checked to lie in three hash slots (the ceilings do not run there).",
+	"- **B/key** (Keys1M) is the heap in use (`runtime.MemStats.HeapInuse` after two collections) once the implementation holds its million buckets, less the heap in use before it was built, per key: what a key costs it, its own copy of the key string and any fragmentation included. Bounds that would evict below a million keys are raised (our store's by a quarter, throttled's LRU to 2^20).",
+	"- **Eight tiers** (EightTier) add per-ip and four custom dimensions to the per-user, per-endpoint and global tiers; the peers make eight calls. It is there for the allocation target.",
 	"- **decisions/s** counts decisions without error per second of wall time. **errors/op** is the share of calls that returned an error. **wrong/op**, when present, counts answers against the scenario (a denial where everything should pass): it means a harness or configuration problem, not speed.",
 	"- **cmds/decision** counts the commands an implementation's clients sent (a go-redis hook, a rueidis wrapper): a script call is one, a pipeline of n is n, a read served from rueidis's client-side cache is none. **redis-cmds/decision** is every command Redis ran, including those inside scripts, from `INFO commandstats`. **local** (local-share) is the share of decisions answered without a round trip, from the store's own counters.",
 	"- **redis-cpu-ns/decision** and **client-cpu-ns/decision** are the CPU time (user + system) of redis-server (`INFO cpu`) and of the benchmark process (getrusage) per decision: on a small machine they show which side is the bottleneck.",

@@ -118,11 +118,16 @@ func ratio(ours, peer *entry) string {
 
 // writeSummary writes the table of the issue for group g: per scenario, our
 // fastest implementation's median, the fastest peer's, and the ratio; with
-// allocations, and for Redis commands per decision and the local share.
+// allocations, B/key where measured, and for Redis commands per decision
+// and the local share.
 func writeSummary(w io.Writer, g *group) {
 	cmds := hasUnit(g, unitCmds)
 	local := hasUnit(g, unitLocal)
+	perKey := hasUnit(g, unitPerKey)
 	head := []string{"scenario", "ours", "decisions/s", "allocs/op"}
+	if perKey {
+		head = append(head, unitPerKey)
+	}
 	if cmds {
 		head = append(head, "cmds/decision")
 	}
@@ -130,6 +135,9 @@ func writeSummary(w io.Writer, g *group) {
 		head = append(head, "local")
 	}
 	head = append(head, "best peer", "decisions/s", "allocs/op")
+	if perKey {
+		head = append(head, unitPerKey)
+	}
 	if cmds {
 		head = append(head, "cmds/decision")
 	}
@@ -139,6 +147,9 @@ func writeSummary(w io.Writer, g *group) {
 	for _, s := range g.scenarios {
 		o, p := s.best(kindOurs), s.best(kindPeer)
 		row := []string{shortName(s.name), implCell(o), cell(o, unitDecisions), cell(o, unitAllocs)}
+		if perKey {
+			row = append(row, cell(o, unitPerKey))
+		}
 		if cmds {
 			row = append(row, cell(o, unitCmds))
 		}
@@ -146,6 +157,9 @@ func writeSummary(w io.Writer, g *group) {
 			row = append(row, cell(o, unitLocal))
 		}
 		row = append(row, implCell(p), cell(p, unitDecisions), cell(p, unitAllocs))
+		if perKey {
+			row = append(row, cell(p, unitPerKey))
+		}
 		if cmds {
 			row = append(row, cell(p, unitCmds))
 		}

@@ -8,26 +8,12 @@ import (
 // The middleware comparisons (BenchmarkMiddleware/<Framework>/<mode>/impl=)
 // have, beside ours and the peers, an implementation named bare: the same
 // route with no limiter. What a middleware costs is what it adds to bare,
-// its ns/op minus bare's from the same run, and the middleware target
-// compares those differences rather than decisions/s, which would count
-// the framework's own cost on both sides.
+// its ns/op minus bare's from the same run, and the middleware target (see
+// targets.go) compares those differences rather than decisions/s, which
+// would count the framework's own cost on both sides.
 
 // implBare is the baseline of a middleware scenario: no limiter at all.
 const implBare = "bare"
-
-func init() {
-	targets = append(targets, target{
-		name: "middleware-gin",
-		text: "In gin, on the memory store, an allowed request through our middleware adds at most half the time (ns/op above a bare route, same run) that ulule's gin middleware adds.",
-		check: func(r *results) []verdict {
-			var out []verdict
-			for _, sc := range []string{"Middleware/Gin/serial", "Middleware/Gin/parallel"} {
-				out = append(out, addedCostVerdicts(r, "middleware-gin", sc, "ulule_gin", 0.5)...)
-			}
-			return out
-		},
-	})
-}
 
 // added returns e's median of unit minus bare's, and whether both were
 // measured.

@@ -11,24 +11,46 @@ import (
 	"testing"
 )
 
-// fixture is two runs of a small comparison, as go test -bench writes them.
+// fixture is a small comparison as go test -bench writes it: one run of
+// most benchmarks, two of the first three, with a scenario for every target.
 const fixture = `goos: linux
 goarch: amd64
 pkg: github.com/bucketry/ratelimit/benchmarks
 cpu: Test CPU @ 1GHz
-BenchmarkMemory/HotKeyAllow/impl=ours-2          	 1000	  20.0 ns/op	  50000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
-BenchmarkMemory/HotKeyAllow/impl=xrate_syncmap-2 	 1000	  50.0 ns/op	  20000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
-BenchmarkMemory/HotKeyAllow/impl=golimiter-2     	 1000	  40.0 ns/op	  25000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
-BenchmarkMemory/Keys100k/impl=ours-2             	 1000	  100 ns/op	  10000000 decisions/s	 0 errors/op	 16 B/op	 1 allocs/op
-BenchmarkMemory/Keys100k/impl=ulule-2            	 1000	  80 ns/op	  12500000 decisions/s	 0 errors/op	 32 B/op	 2 allocs/op
-BenchmarkRedis/ThreeTier/g=1/impl=ours_goredis-2 	 1000	  50000 ns/op	  1.000 cmds/decision	 20000 decisions/s	 0 errors/op	 0 local-share	 8.000 redis-cmds/decision	 900 B/op	 9 allocs/op
-BenchmarkRedis/ThreeTier/g=1/impl=redis_rate-2   	 1000	 150000 ns/op	  3.000 cmds/decision	  6667 decisions/s	 0 errors/op	 0 local-share	 12.00 redis-cmds/decision	 2000 B/op	 60 allocs/op
-BenchmarkRedis/ThreeTier/g=1/impl=ceiling_ping-2 	 1000	  10000 ns/op	  1.000 cmds/decision	100000 decisions/s	 0 errors/op	 0 local-share	 1.000 redis-cmds/decision	 8 B/op	 1 allocs/op
-BenchmarkRedis/DenyFlood/g=64/impl=ours_goredis-2	 1000	  300 ns/op	  0 cmds/decision	3000000 decisions/s	 0 errors/op	 0.9 local-share	 0 redis-cmds/decision	 40 B/op	 2 allocs/op
-BenchmarkMemory/HotKeyAllow/impl=ours-2          	 1000	  22.0 ns/op	  45454545 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
-BenchmarkMemory/HotKeyAllow/impl=xrate_syncmap-2 	 1000	  52.0 ns/op	  19230769 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
-BenchmarkMemory/HotKeyAllow/impl=golimiter-2     	 1000	  42.0 ns/op	  23809523 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
-BenchmarkOther-2                                 	 1000	  1.0 ns/op
+BenchmarkMemory/HotKeyAllow/g=1/impl=ours-2          	 1000	  20.0 ns/op	  50000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/HotKeyAllow/g=1/impl=xrate_single-2  	 1000	  30.0 ns/op	  33333333 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/HotKeyAllow/g=1/impl=golimiter-2     	 1000	  40.0 ns/op	  25000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/HotKeyAllow/g=2/impl=ours-2          	 1000	  25.0 ns/op	  40000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/HotKeyAllow/g=2/impl=xrate_single-2  	 1000	  20.0 ns/op	  50000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/Keys100k/g=2/impl=ours-2             	 1000	  100 ns/op	  10000000 decisions/s	 0 errors/op	 16 B/op	 1 allocs/op
+BenchmarkMemory/Keys100k/g=2/impl=ulule-2            	 1000	  80 ns/op	  12500000 decisions/s	 0 errors/op	 32 B/op	 2 allocs/op
+BenchmarkMemory/ThreeTier/g=1/impl=ours-2            	 1000	  50 ns/op	  20000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/ThreeTier/g=1/impl=golimiter-2       	 1000	  125 ns/op	   8000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/ThreeTier/g=2/impl=ours-2            	 1000	  50 ns/op	  20000000 decisions/s	 0 errors/op	 64 B/op	 2 allocs/op
+BenchmarkMemory/ThreeTier/g=2/impl=golimiter-2       	 1000	  100 ns/op	  10000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/EightTier/g=1/impl=ours-2            	 1000	  400 ns/op	   2500000 decisions/s	 0 errors/op	 1216 B/op	 4 allocs/op
+BenchmarkMemory/EightTier/g=1/impl=golimiter-2       	 1000	  800 ns/op	   1250000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/Keys1M/g=2/impl=ours-2               	 1000	  300 ns/op	  91.4 B/key	   3333333 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/Keys1M/g=2/impl=golimiter-2          	 1000	  500 ns/op	  121 B/key	   2000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/Keys1M/g=2/impl=ulule-2              	 1000	  600 ns/op	  208 B/key	   1666667 decisions/s	 0 errors/op	 32 B/op	 2 allocs/op
+BenchmarkRedis/HotKeyAllow/g=64/impl=ours_goredis-2  	 1000	  5682 ns/op	 176000 decisions/s	 2500 redis-cpu-ns/decision	 900 B/op	 8 allocs/op
+BenchmarkRedis/HotKeyAllow/g=64/impl=ours_rueidis-2  	 1000	  3663 ns/op	 273000 decisions/s	 1800 redis-cpu-ns/decision	 300 B/op	 3 allocs/op
+BenchmarkRedis/HotKeyAllow/g=64/impl=ulule_redis-2   	 1000	 11364 ns/op	  88000 decisions/s	 7300 redis-cpu-ns/decision	 2000 B/op	 40 allocs/op
+BenchmarkRedis/HotKeyAllow/g=64/impl=ceiling_ping-2  	 1000	  2000 ns/op	 500000 decisions/s	 1000 redis-cpu-ns/decision	 8 B/op	 1 allocs/op
+BenchmarkRedis/Keys10k/g=64/impl=ours_rueidis-2      	 1000	  6849 ns/op	 146000 decisions/s	 300 B/op	 3 allocs/op
+BenchmarkRedis/Keys10k/g=64/impl=ulule_redis-2       	 1000	 11905 ns/op	  84000 decisions/s	 2000 B/op	 40 allocs/op
+BenchmarkRedis/ThreeTier/g=64/impl=ours_rueidis-2    	 1000	  4785 ns/op	 209000 decisions/s	 3100 redis-cpu-ns/decision	 300 B/op	 3 allocs/op
+BenchmarkRedis/ThreeTier/g=64/impl=ulule_redis-2     	 1000	 36364 ns/op	  27500 decisions/s	 17100 redis-cpu-ns/decision	 2000 B/op	 40 allocs/op
+BenchmarkRedis/ThreeTierCluster/g=64/impl=ours_rueidis-2	 1000	  6667 ns/op	 150000 decisions/s	 300 B/op	 3 allocs/op
+BenchmarkRedis/ThreeTierCluster/g=64/impl=ulule_redis-2 	 1000	 50000 ns/op	  20000 decisions/s	 2000 B/op	 40 allocs/op
+BenchmarkRedis/ThreeTier/g=1/impl=ours_goredis-2     	 1000	  50000 ns/op	  1.000 cmds/decision	 20000 decisions/s	 0 errors/op	 0 local-share	 8.000 redis-cmds/decision	 900 B/op	 9 allocs/op
+BenchmarkRedis/ThreeTier/g=1/impl=redis_rate-2       	 1000	 150000 ns/op	  3.000 cmds/decision	  6667 decisions/s	 0 errors/op	 0 local-share	 12.00 redis-cmds/decision	 2000 B/op	 60 allocs/op
+BenchmarkRedis/ThreeTier/g=1/impl=ceiling_ping-2     	 1000	  10000 ns/op	  1.000 cmds/decision	100000 decisions/s	 0 errors/op	 0 local-share	 1.000 redis-cmds/decision	 8 B/op	 1 allocs/op
+BenchmarkRedis/DenyFlood/g=64/impl=ours_goredis-2    	 1000	  300 ns/op	  0 cmds/decision	3000000 decisions/s	 0 errors/op	 0.9 local-share	 0 redis-cmds/decision	 40 B/op	 2 allocs/op
+BenchmarkMemory/HotKeyAllow/g=1/impl=ours-2          	 1000	  22.0 ns/op	  45454545 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/HotKeyAllow/g=1/impl=xrate_single-2  	 1000	  30.0 ns/op	  33333333 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/HotKeyAllow/g=1/impl=golimiter-2     	 1000	  42.0 ns/op	  23809523 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkOther-2                                     	 1000	  1.0 ns/op
 PASS
 `
 
@@ -71,17 +93,20 @@ func TestReadResults(t *testing.T) {
 	if res.procs != "2" || res.config["cpu"] != "Test CPU @ 1GHz" {
 		t.Errorf("procs %q, cpu %q", res.procs, res.config["cpu"])
 	}
-	s := res.scenario("Memory/HotKeyAllow")
+	s := res.scenario("Memory/HotKeyAllow/g=1")
 	if s == nil {
-		t.Fatal("Memory/HotKeyAllow missing")
+		t.Fatal("Memory/HotKeyAllow/g=1 missing")
 	}
 	ours := s.entry("ours")
 	st := ours.metrics[unitNs]
 	if st.n != 2 || st.center != 21 {
 		t.Errorf("ours ns/op = %+v, want the median of 20 and 22 over 2 runs", st)
 	}
-	if p := s.best(kindPeer); p == nil || p.impl != "golimiter" {
-		t.Errorf("best peer = %v, want golimiter", p)
+	if p := s.best(kindPeer); p == nil || p.impl != "xrate_single" {
+		t.Errorf("best peer = %v, want xrate_single", p)
+	}
+	if p := res.scenario("Memory/Keys1M/g=2").least(kindPeer, unitPerKey); p == nil || p.impl != "golimiter" {
+		t.Errorf("least B/key of the peers = %v, want golimiter", p)
 	}
 	if c := res.scenario("Redis/ThreeTier/g=1").best(kindPeer); c == nil || c.impl != "redis_rate" {
 		t.Errorf("best Redis peer = %v, want redis_rate (ceilings are not peers)", c)
@@ -97,13 +122,34 @@ func TestTargets(t *testing.T) {
 	for _, tc := range []struct {
 		key         string
 		known, met  bool
-		missContain string
+		missContain string // in the miss, or when met in what was measured
 	}{
-		// 47.7M / 24.4M = 1.96x: 2% short of 2x.
-		{"memory-speed Memory/HotKeyAllow ours", true, false, "1.96x of the 2.0x asked"},
-		// Slower than ulule and allocating.
-		{"memory-speed Memory/Keys100k ours", true, false, "1.00 allocs/op, not 0"},
-		{"redis-64 Redis/HotKeyAllow/g=64 ", false, false, ""},
+		// 47.7M / 24.4M = 1.96x go-limiter, the peer the target names,
+		// though xrate_single is faster.
+		{"memory-hot-1 Memory/HotKeyAllow/g=1 ours", true, true, "1.96x `golimiter`"},
+		// 40M against xrate_single's 50M.
+		{"memory-hot-2 Memory/HotKeyAllow/g=2 ours", true, false, "0.80x of the 2.0x asked: 150% more decisions/s needed"},
+		{"memory-keys-100k Memory/Keys100k/g=2 ours", true, false, "0.80x of the 1.0x asked: 25% more"},
+		{"memory-tiers Memory/ThreeTier/g=1 ours", true, true, "2.50x `golimiter` (20.0M vs 8.00M decisions/s), 0 allocs/op"},
+		// Both short and allocating.
+		{"memory-tiers Memory/ThreeTier/g=2 ours", true, false, "2.00x of the 2.2x asked: 10% more decisions/s needed; 2 allocs/op, not 0"},
+		{"memory-tiers Memory/EightTier/g=1 ours", true, false, "4 allocs/op, not 0"},
+		{"memory-per-key Memory/Keys1M/g=2 ours", true, true, "least peer: `golimiter` 121"},
+		// The peer is ulule, not the fastest peer.
+		{"redis-64 Redis/HotKeyAllow/g=64 ours_rueidis", true, true, "3.10x `ulule_redis`"},
+		{"redis-64 Redis/HotKeyAllow/g=64 ours_goredis", true, false, "2.00x of the 2.8x asked: 40% more decisions/s needed"},
+		{"redis-64 Redis/Keys10k/g=64 ours_rueidis", true, true, ""},
+		{"redis-64 Redis/ThreeTier/g=64 ours_rueidis", true, true, "7.60x"},
+		{"redis-64 Redis/ThreeTierCluster/g=64 ours_rueidis", true, true, "7.50x"},
+		{"redis-cpu Redis/HotKeyAllow/g=64 ours_rueidis", true, true, ""},
+		{"redis-cpu Redis/HotKeyAllow/g=64 ours_goredis", true, false, "1.25x the bound: 500 ns of redis-server CPU/decision to cut"},
+		// Keys10k reported no CPU time.
+		{"redis-cpu Redis/Keys10k/g=64 ours_rueidis", false, false, ""},
+		{"redis-cpu Redis/ThreeTier/g=64 ours_rueidis", true, false, "1.03x the bound"},
+		{"redis-allocs Redis/HotKeyAllow/g=64 ours_rueidis", true, true, ""},
+		{"redis-allocs Redis/HotKeyAllow/g=64 ours_goredis", true, false, "1.33x the bound: 2 allocs/op to cut"},
+		// No middleware was run.
+		{"middleware Middleware/Gin/serial ", false, false, ""},
 		{"three-tier-one-trip Redis/ThreeTier/g=1 ours_goredis", true, true, ""},
 		{"deny-flood-local Redis/DenyFlood/g=64 ours_goredis", true, false, "5.0 points short"},
 	} {
@@ -112,10 +158,56 @@ func TestTargets(t *testing.T) {
 			t.Errorf("no verdict %q; have %v", tc.key, keys(got))
 			continue
 		}
-		if v.known != tc.known || v.met != tc.met || !strings.Contains(v.miss, tc.missContain) {
-			t.Errorf("%s: known %v, met %v, miss %q; want %v, %v, containing %q", tc.key, v.known, v.met, v.miss, tc.known, tc.met, tc.missContain)
+		text := v.miss
+		if v.met {
+			text = v.measured
+		}
+		if v.known != tc.known || v.met != tc.met || !strings.Contains(text, tc.missContain) {
+			t.Errorf("%s: known %v, met %v, miss %q, measured %q; want %v, %v, containing %q",
+				tc.key, v.known, v.met, v.miss, v.measured, tc.known, tc.met, tc.missContain)
 		}
 	}
+	// Every target gives at least one verdict, and only the allocation and
+	// memory misses ask for a memory profile.
+	for _, tg := range targets {
+		n := 0
+		for _, v := range got {
+			if v.target == tg.name {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("target %s gave no verdict", tg.name)
+		}
+	}
+	for key, want := range map[string]string{
+		"memory-tiers Memory/EightTier/g=1 ours":             "allocs",
+		"memory-tiers Memory/ThreeTier/g=2 ours":             "", // the speed missed too: CPU
+		"redis-allocs Redis/HotKeyAllow/g=64 ours_goredis":   "allocs",
+		"redis-cpu Redis/HotKeyAllow/g=64 ours_goredis":      "",
+		"memory-hot-2 Memory/HotKeyAllow/g=2 ours":           "",
+		"memory-keys-100k Memory/Keys100k/g=2 ours":          "",
+		"redis-64 Redis/HotKeyAllow/g=64 ours_goredis":       "",
+		"deny-flood-local Redis/DenyFlood/g=64 ours_goredis": "",
+	} {
+		if v := got[key]; v.profile != want {
+			t.Errorf("%s: profile %q, want %q", key, v.profile, want)
+		}
+	}
+}
+
+func TestPerKeyProfile(t *testing.T) {
+	res := read(t, strings.ReplaceAll(fixture, "91.4 B/key", "150 B/key"))
+	for _, v := range checkTargets(res) {
+		if v.target != "memory-per-key" {
+			continue
+		}
+		if !v.known || v.met || v.profile != "heap" || !strings.Contains(v.miss, "1.50x the bound: 50.0 B/key to cut") {
+			t.Errorf("150 B/key: %+v, want a miss by 50 B/key with a heap profile", v)
+		}
+		return
+	}
+	t.Error("no memory-per-key verdict")
 }
 
 func keys(m map[string]verdict) []string {
@@ -130,8 +222,11 @@ func TestSummaryTable(t *testing.T) {
 	res := read(t, fixture)
 	var b bytes.Buffer
 	writeSummary(&b, res.group("Memory"))
-	want := "| HotKeyAllow | `ours` | 47.7M | 0 | `golimiter` | 24.4M | 0 | **1.96x** |"
+	want := "| HotKeyAllow/g=1 | `ours` | 47.7M | 0 | – | `xrate_single` | 33.3M | 0 | – | **1.43x** |"
 	if !strings.Contains(b.String(), want) {
+		t.Errorf("summary:\n%s\nwant a row\n%s", b.String(), want)
+	}
+	if want := "| Keys1M/g=2 | `ours` | 3.33M | 0 | 91.4 | `golimiter` | 2.00M | 0 | 121 | **1.67x** |"; !strings.Contains(b.String(), want) {
 		t.Errorf("summary:\n%s\nwant a row\n%s", b.String(), want)
 	}
 }
@@ -156,9 +251,9 @@ func TestChartIsWellFormed(t *testing.T) {
 			rects++
 		}
 	}
-	// Background, two legend swatches, and two bars for each of 4 scenarios
-	// (DenyFlood has no peer: one bar).
-	if want := 1 + 2 + 2*4 - 1; rects != want {
+	// Background, two legend swatches, and two bars for each of 13
+	// scenarios (DenyFlood has no peer: one bar).
+	if want := 1 + 2 + 2*13 - 1; rects != want {
 		t.Errorf("%d rects, want %d", rects, want)
 	}
 }
@@ -204,7 +299,8 @@ func TestWriteReport(t *testing.T) {
 		"Why: a lock.",
 		"| `golang.org/x/time` | v0.16.0 |",
 		"make bench-report",
-		"**missed: 1.96x of the 2.0x asked",
+		"**missed: 0.80x of the 2.0x asked",
+		"| memory-hot-1 | HotKeyAllow/g=1 | `ours` | >= 1.5x `golimiter`, 0 allocs/op |",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)
@@ -215,7 +311,7 @@ func TestWriteReport(t *testing.T) {
 			t.Errorf("report lists %q", unwanted)
 		}
 	}
-	if !strings.Contains(stdout.String(), "| HotKeyAllow | `ours` |") {
+	if !strings.Contains(stdout.String(), "| HotKeyAllow/g=1 | `ours` |") {
 		t.Errorf("stdout lacks the summary table:\n%s", stdout.String())
 	}
 }

@@ -28,7 +28,7 @@ const (
 )
 
 // detailUnits are the metrics of the full tables, in order.
-var detailUnits = []string{unitDecisions, unitNs, unitAllocs, unitBytes, unitCmds, unitRedisCmds, unitLocal, unitRedisCPU, unitClientCPU, unitErrors, unitWrong}
+var detailUnits = []string{unitDecisions, unitNs, unitAllocs, unitBytes, unitPerKey, unitCmds, unitRedisCmds, unitLocal, unitRedisCPU, unitClientCPU, unitErrors, unitWrong}
 
 // stat is the summary of one metric over the runs of one benchmark: the
 // median and its confidence interval, as benchstat computes them.
@@ -116,6 +116,21 @@ func (s *scenario) best(k kind) *entry {
 		}
 	}
 	return best
+}
+
+// least returns the entry of kind k with the lowest median of unit, or nil.
+func (s *scenario) least(k kind, unit string) *entry {
+	var least *entry
+	var leastV float64
+	for _, e := range s.entries {
+		if kindOf(e.impl) != k {
+			continue
+		}
+		if v, ok := e.value(unit); ok && (least == nil || v < leastV) {
+			least, leastV = e, v
+		}
+	}
+	return least
 }
 
 // group is every scenario of one top-level benchmark ("Memory", "Redis").

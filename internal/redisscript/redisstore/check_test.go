@@ -19,13 +19,13 @@ func TestCheck(t *testing.T) {
 		reply   bool
 		ok      bool
 	}{
-		{"integers", Eval{Ints: []int64{1}}, 0, false, true},
+		{"a reply", Eval{Reply: "r"}, 0, false, true},
 		{"client error", Eval{Err: boom}, 0, false, false},
 		{"malformed", Eval{Err: malformed}, 0, true, false},
-		{"undo where none is due", Eval{Ints: []int64{1}, Undo: []string{"a", "b"}}, 0, true, false},
-		{"no undo in a take with undo", Eval{Ints: []int64{1}}, 1, true, false},
-		{"undo of the wrong length", Eval{Ints: []int64{1}, Undo: []string{"a"}}, 1, true, false},
-		{"undo", Eval{Ints: []int64{1}, Undo: []string{"a", "b", "c", "d"}}, 2, false, true},
+		{"undo where none is due", Eval{Reply: "r", Undo: []string{"a", "b"}}, 0, true, false},
+		{"no undo in a take with undo", Eval{Reply: "r"}, 1, true, false},
+		{"undo of the wrong length", Eval{Reply: "r", Undo: []string{"a"}}, 1, true, false},
+		{"undo", Eval{Reply: "r", Undo: []string{"a", "b", "c", "d"}}, 2, false, true},
 	} {
 		err := check(&tc.e, tc.buckets)
 		switch {

@@ -34,18 +34,18 @@ type Eval struct {
 	Keys []string // KEYS
 	Args []any    // ARGV, strings in interfaces
 
-	// Ints is the reply's integers. When the reply's last element is an
+	// Reply is the reply's first element, the script's binary string
+	// (see redisscript.Decode). When the reply has a second element, an
 	// array, Undo holds its strings (the before and written values of a
-	// take with undo) and Ints the elements before it; otherwise Undo is
-	// nil.
-	Ints []int64
-	Undo []string
+	// take with undo); otherwise Undo is nil.
+	Reply string
+	Undo  []string
 	// NoScript reports that Redis answered NOSCRIPT: the node does not
 	// have the script, which is then sent in full.
 	NoScript bool
 	// Err is the call's failure as the client reports it, or an error
 	// wrapping redisscript.ErrReply for a reply that is not an array of
-	// integers, optionally ending in an array of strings (a nil reply
+	// one string, optionally followed by an array of strings (a nil reply
 	// included).
 	Err error
 }

@@ -56,9 +56,8 @@ func joinKeys(keys []string) string {
 }
 
 // answer fills t.States from a denial that still holds at now, and reports
-// whether it did.
-func (c *denials) answer(keys []string, t *core.Take, now time.Time) bool {
-	k := joinKeys(keys)
+// whether it did. k is joinKeys of the take's keys.
+func (c *denials) answer(k string, t *core.Take, now time.Time) bool {
 	c.mu.Lock()
 	d := c.m[k]
 	c.mu.Unlock()
@@ -92,8 +91,9 @@ func (c *denials) answer(keys []string, t *core.Take, now time.Time) bool {
 	return true
 }
 
-// record remembers a denied take and forgets an allowed one.
-func (c *denials) record(keys []string, t *core.Take, sent, recv time.Time) {
+// record remembers a denied take and forgets an allowed one. k is joinKeys
+// of the take's keys.
+func (c *denials) record(k string, t *core.Take, sent, recv time.Time) {
 	var until time.Duration = -1
 	permanent := false
 	for _, st := range t.States {
@@ -105,10 +105,11 @@ func (c *denials) record(keys []string, t *core.Take, sent, recv time.Time) {
 			until = st.RetryAfter
 		}
 	}
-	k := joinKeys(keys)
 	if until < 0 && !permanent {
 		c.mu.Lock()
-		delete(c.m, k)
+		if len(c.m) > 0 {
+			delete(c.m, k)
+		}
 		c.mu.Unlock()
 		return
 	}

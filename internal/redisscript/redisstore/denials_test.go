@@ -37,14 +37,14 @@ func TestDenialsRuleChange(t *testing.T) {
 	t0 := time.Now()
 	t1 := t0.Add(10 * time.Millisecond)
 	old := deniedTake(denialPolicy(t))
-	c.record([]string{"k"}, old, t0, t0)
+	c.record(joinKeys([]string{"k"}), old, t0, t0)
 
 	repeat := deniedTake(denialPolicy(t))
 	repeat.Buckets[0].Limit = old.Buckets[0].Limit
-	if !c.answer([]string{"k"}, repeat, t1) {
+	if !c.answer(joinKeys([]string{"k"}), repeat, t1) {
 		t.Errorf("answer(same limit, t1) = false, want true")
 	}
-	if c.answer([]string{"k"}, deniedTake(denialPolicy(t)), t1) {
+	if c.answer(joinKeys([]string{"k"}), deniedTake(denialPolicy(t)), t1) {
 		t.Errorf("answer(new policy's limit, t1) = true, want false")
 	}
 }
@@ -56,7 +56,7 @@ func TestDenialsKeepNoPolicy(t *testing.T) {
 	now := time.Now()
 	take := deniedTake(denialPolicy(t))
 	w := weak.Make(take.Buckets[0].Limit)
-	c.record([]string{"k"}, take, now, now)
+	c.record(joinKeys([]string{"k"}), take, now, now)
 	take = nil
 	for range 10 {
 		runtime.GC()
@@ -67,7 +67,7 @@ func TestDenialsKeepNoPolicy(t *testing.T) {
 	if w.Value() != nil {
 		t.Fatal("the limit of a remembered denial is still reachable after runtime.GC")
 	}
-	if c.answer([]string{"k"}, deniedTake(denialPolicy(t)), now) {
+	if c.answer(joinKeys([]string{"k"}), deniedTake(denialPolicy(t)), now) {
 		t.Errorf("answer(new limit) = true after the old limit died, want false")
 	}
 	runtime.KeepAlive(c)

@@ -18,9 +18,10 @@ import (
 // the rueidis store). The rueidis package documentation states the argument;
 // the comments here say which step each piece serves.
 //
-// A token bucket's stored value is "tat:tau": its theoretical arrival time
-// (TAT), a decimal Unix-ns string in the script's time base (the server's
-// TIME or the client clock), and the fill time it was written under. Takes
+// A token bucket's stored value holds its theoretical arrival time (TAT),
+// in Unix ns in the script's time base (the server's TIME or the client
+// clock), and the fill time it was written under (see
+// redisscript.DecodeTokenBucket). Takes
 // under that fill time only raise the TAT; a refund, a reset (DEL), the
 // key's expiry and a take under another fill time (a changed limit, which
 // rescales it) may lower it, so a value written under another fill time
@@ -40,6 +41,9 @@ const (
 	// permanentLife is how long a denial whose cost exceeds a bucket's
 	// burst is tried locally when the bucket is full: no refill ends it.
 	permanentLife = time.Second
+	// clockRefresh is how long a server time reference is kept before a
+	// newer one replaces it.
+	clockRefresh = time.Millisecond
 	// minCacheTTL is the shortest client-side cache TTL asked for: rueidis
 	// keeps expiry times in milliseconds.
 	minCacheTTL = time.Millisecond
@@ -96,9 +100,17 @@ func newLocal(slots, max int) *local {
 }
 
 // setClock records the server time at reported by a script call on slot
-// that was sent at sent and answered at recv.
+// that was sent at sent and answered at recv. Every reference gives valid
+// bounds (see serverNow), so one sent less than clockRefresh after the
+// current one is dropped: the many requests of one batch allocate one.
 func (c *local) setClock(slot int, at time.Time, sent, recv time.Time) {
-	c.clocks[slot].Store(&clockRef{at: at.UnixNano(), sent: sent, recv: recv})
+	p := &c.clocks[slot]
+	if old := p.Load(); old != nil {
+		if d := sent.Sub(old.sent); d >= 0 && d < clockRefresh {
+			return
+		}
+	}
+	p.Store(&clockRef{at: at.UnixNano(), sent: sent, recv: recv})
 }
 
 // serverNow returns bounds on the current server time of slot's node at
@@ -145,10 +157,10 @@ func isBucket(l *core.Limit) bool {
 // request passes only once every denying bucket has refilled), or for a
 // cost above a burst, the time until that bucket is full, at least
 // permanentLife.
-func denialLife(cost int64, states func(yield func(core.BucketState) bool)) (time.Duration, bool) {
+func denialLife(cost int64, states []core.BucketState) (time.Duration, bool) {
 	var life time.Duration
 	denied, permanent := false, false
-	for st := range states {
+	for _, st := range states {
 		switch {
 		case st.Allowed:
 		case st.Reason == core.ReasonCostExceedsLimit:
@@ -182,13 +194,7 @@ func (c *local) record(keys []string, t *core.Take, sent, recv time.Time) {
 			seen = append(seen, sighting{key: keys[i], o: observed(t.States[i], t.Buckets[i].Limit.Resolution(), t.At, sent, recv)})
 		}
 	}
-	c.recordAll(seen, t.Cost, func(yield func(core.BucketState) bool) {
-		for _, st := range t.States {
-			if !yield(st) {
-				return
-			}
-		}
-	})
+	c.recordAll(seen, t.Cost, t.States)
 }
 
 // recordAll merges what one request's replies said about its token bucket
@@ -196,7 +202,7 @@ func (c *local) record(keys []string, t *core.Take, sent, recv time.Time) {
 // trying for them for the longest wait; an allowed one's are tracked only
 // if one of them already is, so that a later local denial by that one can
 // report the others. Keys that never meet a denial are not tracked.
-func (c *local) recordAll(seen []sighting, cost int64, states func(yield func(core.BucketState) bool)) {
+func (c *local) recordAll(seen []sighting, cost int64, states []core.BucketState) {
 	life, denied := denialLife(cost, states)
 	if !denied {
 		life = 0
@@ -237,7 +243,9 @@ func (c *local) observeLocked(key string, o obs, lowered bool, life time.Duratio
 			return // o may be older than what was just forgotten
 		}
 		e = &entry{known: o.lo <= o.hi, lo: o.lo, hi: o.hi, sent: o.sent, recv: o.recv}
-		c.m[key] = e
+		// A key may be part of a longer string (the take's keys, joined):
+		// keep only its own bytes.
+		c.m[strings.Clone(key)] = e
 	} else {
 		e.merge(o, lowered)
 	}
@@ -515,11 +523,11 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 	return true, nil
 }
 
-// cachedTAT parses a bucket's stored value as read through the cache:
-// "tat:tau", a decimal Unix-ns TAT and the fill time in ns it was written
-// under (span; 0 when the value has no tau), or absent (0). ok is false for a value that is not a
-// token bucket's (the rule changed algorithm): Redis decides then. A value
-// that is not a string is an error wrapping redisscript.ErrReply.
+// cachedTAT decodes a bucket's stored value as read through the cache: its
+// TAT in Unix ns and the fill time in ns it was written under (span), or
+// absent (0, 0). ok is false for a value that is not a token bucket's (the
+// rule changed algorithm): Redis decides then. A value that is not a string
+// is an error wrapping redisscript.ErrReply.
 func cachedTAT(c *Cached) (v, span int64, ok bool, err error) {
 	switch {
 	case c.Err != nil && errors.Is(c.Err, redisscript.ErrReply):
@@ -529,15 +537,6 @@ func cachedTAT(c *Cached) (v, span int64, ok bool, err error) {
 	case c.Absent:
 		return 0, 0, true, nil
 	}
-	tat, tau, _ := strings.Cut(c.Value, ":")
-	v, err = strconv.ParseInt(tat, 10, 64)
-	if err != nil || v < 0 {
-		return 0, 0, false, nil
-	}
-	if tau != "" {
-		if span, err = strconv.ParseInt(tau, 10, 64); err != nil || span < 0 {
-			return 0, 0, false, nil
-		}
-	}
-	return v, span, true, nil
+	v, span, ok = redisscript.DecodeTokenBucket(c.Value)
+	return v, span, ok, nil
 }

@@ -100,7 +100,7 @@ var errRefused = errors.New("dial tcp 127.0.0.1:6379: connect: connection refuse
 
 func (downClient) Eval(_ context.Context, evals []*Eval, _ bool) {
 	for _, e := range evals {
-		e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, errRefused
+		e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, errRefused
 	}
 }
 

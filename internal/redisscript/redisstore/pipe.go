@@ -62,7 +62,7 @@ func (p *pipe) do(s *Store, ctx context.Context, e *Eval) {
 				}
 			}
 			p.mu.Unlock()
-			e.Ints, e.Undo, e.NoScript, e.Err = nil, nil, false, ctx.Err()
+			e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, ctx.Err()
 			return
 		}
 		p.mu.Unlock()

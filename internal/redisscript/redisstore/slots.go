@@ -11,17 +11,17 @@ import (
 
 // group is the buckets of one Cluster hash slot.
 type group struct {
-	slot int
-	dm   *domain // its node
-	idx  []int
-	call redisscript.Call
-	b    redisscript.Builder
-	eval Eval
-	vals []int64  // the reply's integers, in multi; nil: no usable reply
-	undo []string // from the take (ModeTakeUndo): before and written, per bucket
-	at   time.Time
-	err  error // the take's failure, if it failed
-	tk   redisscript.Ticket
+	slot  int
+	dm    *domain // its node
+	idx   []int
+	call  redisscript.Call
+	b     redisscript.Builder
+	eval  Eval
+	reply string   // the reply's binary string, in multi; "": no usable reply
+	undo  []string // from the take (ModeTakeUndo): before and written, per bucket
+	at    time.Time
+	err   error // the take's failure, if it failed
+	tk    redisscript.Ticket
 	// the round trip the group's state was last read in
 	sent, recv time.Time
 	refunded   bool
@@ -111,7 +111,7 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *
 			if g.err == nil && g.call.Allowed() {
 				g.b.Reset(redisscript.NowArg(g.at), redisscript.ModeRefund)
 				g.b.AddRefund(&g.call, g.undo)
-				g.vals = nil
+				g.reply = ""
 				g.refunded = true
 				back = append(back, g)
 			}
@@ -127,11 +127,11 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *
 			rrecv := time.Now()
 			for _, g := range back {
 				g.sent, g.recv = rsent, rrecv
-				if g.vals == nil {
+				if g.reply == "" {
 					continue
 				}
-				if _, derr := redisscript.Decode(g.vals, []*redisscript.Call{&g.call}); derr != nil {
-					g.vals = nil
+				if _, derr := redisscript.Decode(g.reply, []*redisscript.Call{&g.call}); derr != nil {
+					g.reply = ""
 					if rerr == nil {
 						rerr = derr
 					}
@@ -194,14 +194,14 @@ func (s *Store) sendGroups(ctx context.Context, now string, groups []*group) err
 			if s.batchers != nil {
 				s.batchers.For(g.slot).Release()
 			}
-			if g.vals == nil {
+			if g.reply == "" {
 				g.err = first
 				if g.eval.Err != nil {
 					g.err = g.eval.Err
 				}
 				continue
 			}
-			if g.at, g.err = redisscript.Decode(g.vals, []*redisscript.Call{&g.call}); g.err != nil && first == nil {
+			if g.at, g.err = redisscript.Decode(g.reply, []*redisscript.Call{&g.call}); g.err != nil && first == nil {
 				first = g.err
 			}
 		}
@@ -246,19 +246,19 @@ func partial(groups []*group, n int, err error) error {
 }
 
 // multi sends every group's call in one round trip and reads the replies
-// into g.vals and g.undo; a group whose node lacks the script is sent again
+// into g.reply and g.undo; a group whose node lacks the script is sent again
 // in full. It returns the first error.
 func (s *Store) multi(ctx context.Context, groups []*group) error {
 	evals := make([]*Eval, len(groups))
 	for i, g := range groups {
-		g.eval = Eval{Keys: g.b.Keys, Args: g.b.Args}
+		g.eval = Eval{Keys: g.b.Keys, Args: g.b.Args()}
 		evals[i] = &g.eval
 	}
 	s.run(ctx, evals)
 	var first error
 	for _, g := range groups {
 		undo := 0
-		if g.b.Args[1] == redisscript.ModeTakeUndo {
+		if g.b.Mode() == redisscript.ModeTakeUndo {
 			undo = len(g.call.Buckets)
 		}
 		if err := check(&g.eval, undo); err != nil {
@@ -267,7 +267,7 @@ func (s *Store) multi(ctx context.Context, groups []*group) error {
 			}
 			continue
 		}
-		g.vals, g.undo = g.eval.Ints, g.eval.Undo
+		g.reply, g.undo = g.eval.Reply, g.eval.Undo
 	}
 	return first
 }
@@ -300,14 +300,11 @@ func (s *Store) recordSlots(groups []*group, t *core.Take, err error) {
 	s.local.recordAll(seen, t.Cost, groupStates(groups))
 }
 
-func groupStates(groups []*group) func(yield func(core.BucketState) bool) {
-	return func(yield func(core.BucketState) bool) {
-		for _, g := range groups {
-			for _, st := range g.call.States {
-				if !yield(st) {
-					return
-				}
-			}
-		}
+// groupStates returns the states of every group, in order.
+func groupStates(groups []*group) []core.BucketState {
+	var all []core.BucketState
+	for _, g := range groups {
+		all = append(all, g.call.States...)
 	}
+	return all
 }

@@ -170,10 +170,9 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 	if now == "" && s.clock != nil {
 		now = redisscript.NowArg(s.clock.Now())
 	}
-	keys := make([]string, len(t.Buckets))
-	for i := range t.Buckets {
-		keys[i] = s.keys.Key(t.Buckets[i].Rule, t.Buckets[i].Key)
-	}
+	r := takeReqs.Get().(*takeReq)
+	defer r.release()
+	keys, joined := r.buildKeys(s.keys, t.Buckets)
 	slot, one := s.oneSlot(keys)
 	if !one {
 		return ctxErr(ctx, s.takeSlots(ctx, now, keys, t))
@@ -184,20 +183,69 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 		s.n.refused.Add(1)
 		return open
 	}
-	remote, err := s.takeSlot(ctx, now, slot, keys, t)
+	remote, err := s.takeSlot(ctx, now, slot, keys, joined, t, &r.call)
 	err = ctxErr(ctx, err)
 	s.settle(ctx, dm, probe, remote, err)
 	return err
 }
 
+// takeReq is what a Take needs besides the take itself: its keys and its
+// script call. Takes reuse them from a pool, so that a decision allocates
+// only its keys, all in one string.
+type takeReq struct {
+	call redisscript.Call
+	keys [4]string
+	ends [4]int
+	buf  []byte
+}
+
+var takeReqs = sync.Pool{New: func() any { return new(takeReq) }}
+
+// release returns r to the pool, keeping nothing of its take alive.
+func (r *takeReq) release() {
+	r.call.Reset()
+	clear(r.keys[:])
+	if cap(r.buf) > 4096 {
+		r.buf = nil
+	}
+	takeReqs.Put(r)
+}
+
+// buildKeys returns the keys of buckets and, as one string that the keys
+// are parts of, the keys joined by NUL bytes (joinKeys).
+func (r *takeReq) buildKeys(k *redisscript.Keys, buckets []core.Bucket) ([]string, string) {
+	n := len(buckets)
+	keys, ends := r.keys[:0], r.ends[:0]
+	if n > len(r.keys) {
+		keys, ends = make([]string, 0, n), make([]int, 0, n)
+	}
+	buf := r.buf[:0]
+	for i := range buckets {
+		if i > 0 {
+			buf = append(buf, 0)
+		}
+		buf = k.Append(buf, buckets[i].Rule, buckets[i].Key)
+		ends = append(ends, len(buf))
+	}
+	r.buf = buf
+	joined := string(buf)
+	start := 0
+	for _, end := range ends {
+		keys = append(keys, joined[start:end])
+		start = end + 1
+	}
+	return keys, joined
+}
+
 // takeSlot decides a take whose buckets lie in one hash slot, locally when
-// it can, and reports whether it called Redis.
-func (s *Store) takeSlot(ctx context.Context, now string, slot int, keys []string, t *core.Take) (bool, error) {
+// it can, and reports whether it called Redis. joined is joinKeys(keys); c
+// is the call to use.
+func (s *Store) takeSlot(ctx context.Context, now string, slot int, keys []string, joined string, t *core.Take, c *redisscript.Call) (bool, error) {
 	var sent time.Time
 	switch {
 	case s.denials != nil:
 		sent = s.localNow(t)
-		if s.denials.answer(keys, t, sent) {
+		if s.denials.answer(joined, t, sent) {
 			s.n.local.Add(1)
 			return false, nil
 		}
@@ -208,9 +256,9 @@ func (s *Store) takeSlot(ctx context.Context, now string, slot int, keys []strin
 		}
 	}
 	s.n.remote.Add(1)
-	err := s.takeOne(ctx, now, slot, keys, t)
+	err := s.takeOne(ctx, now, slot, keys, t, c)
 	if err == nil && s.denials != nil {
-		s.denials.record(keys, t, sent, s.localNow(t))
+		s.denials.record(joined, t, sent, s.localNow(t))
 	}
 	return true, err
 }
@@ -301,14 +349,14 @@ func (s *Store) slot(key string) int {
 	return redisscript.Slot(key)
 }
 
-// takeOne decides a take whose buckets lie in one hash slot: in a batch, or
-// alone without batching.
-func (s *Store) takeOne(ctx context.Context, now string, slot int, keys []string, t *core.Take) error {
+// takeOne decides a take whose buckets lie in one hash slot, through c: in
+// a batch, or alone without batching.
+func (s *Store) takeOne(ctx context.Context, now string, slot int, keys []string, t *core.Take, c *redisscript.Call) error {
 	var sent time.Time
 	if s.local != nil {
 		sent = time.Now()
 	}
-	c := &redisscript.Call{Cost: t.Cost, Buckets: t.Buckets, Keys: keys, States: t.States}
+	c.Cost, c.Buckets, c.Keys, c.States = t.Cost, t.Buckets, keys, t.States
 	var err error
 	if s.batchers != nil {
 		t.At, err = s.batchers.For(slot).Do(ctx, now, c)
@@ -339,11 +387,11 @@ func (s *Store) direct(ctx context.Context, now string, c *redisscript.Call) (ti
 	b.SetMinTTL(s.minTTL)
 	b.Reset(now, redisscript.ModeTake)
 	b.Add(c)
-	vals, _, err := s.send(ctx, b.Keys, b.Args, 0)
+	reply, _, err := s.send(ctx, b.Keys, b.Args(), 0)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return redisscript.Decode(vals, []*redisscript.Call{c})
+	return redisscript.Decode(reply, []*redisscript.Call{c})
 }
 
 // single is one script call as Client.Eval takes it, pooled: a call costs
@@ -359,9 +407,9 @@ var singles = sync.Pool{New: func() any {
 	return s
 }}
 
-// send runs one script call and returns the reply's integers and its undo
-// values (for undo buckets; 0: none). It is the Batchers' Sender.
-func (s *Store) send(ctx context.Context, keys []string, args []any, undo int) ([]int64, []string, error) {
+// send runs one script call and returns the reply's binary string and its
+// undo values (for undo buckets; 0: none). It is the Batchers' Sender.
+func (s *Store) send(ctx context.Context, keys []string, args []any, undo int) (string, []string, error) {
 	one := singles.Get().(*single)
 	defer singles.Put(one)
 	e := &one.eval
@@ -371,12 +419,12 @@ func (s *Store) send(ctx context.Context, keys []string, args []any, undo int) (
 	} else {
 		s.run(ctx, one.evals[:])
 	}
-	vals, vundo, err := e.Ints, e.Undo, check(e, undo)
+	reply, vundo, err := e.Reply, e.Undo, check(e, undo)
 	*e = Eval{} // keep nothing of the call alive in the pool
 	if err != nil {
-		return nil, nil, err
+		return "", nil, err
 	}
-	return vals, vundo, nil
+	return reply, vundo, nil
 }
 
 // run sends evals in one round trip, then again in full, in a second one,
@@ -467,7 +515,7 @@ func (s *Store) eval(ctx context.Context, evals []*Eval, full bool) {
 		for j, i := range g.idx {
 			e := evals[i]
 			if !answered {
-				e.Ints, e.Undo, e.NoScript = nil, nil, false
+				e.Reply, e.Undo, e.NoScript = "", nil, false
 				e.Err = fmt.Errorf("ratelimit: redis: the client did not return within the bound: %w", ctx.Err())
 				continue
 			}
