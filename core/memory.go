@@ -507,20 +507,19 @@ func (s *MemoryStore) takeLocked(t *Take, rules []*Rule, now int64) {
 		entArr   [maxInlineTiers]*entry
 		tabArr   [maxInlineTiers]*ruleTable
 		wordArr  [maxInlineTiers]int64
+		tatArr   [maxInlineTiers]int64
 		orderArr [maxInlineTiers]int
-		nextArr  [maxInlineTiers]State
 	)
 	var (
-		ents  []*entry
-		tabs  []*ruleTable
-		words []int64
-		order []int
-		nexts []State
+		ents        []*entry
+		tabs        []*ruleTable
+		words, tats []int64
+		order       []int
 	)
 	if n <= len(entArr) {
-		ents, tabs, words, order, nexts = entArr[:n:n], tabArr[:n:n], wordArr[:n:n], orderArr[:n:n], nextArr[:n:n]
+		ents, tabs, words, tats, order = entArr[:n:n], tabArr[:n:n], wordArr[:n:n], tatArr[:n:n], orderArr[:n:n]
 	} else {
-		ents, tabs, words, order, nexts = make([]*entry, n), make([]*ruleTable, n), make([]int64, n), make([]int, n), make([]State, n)
+		ents, tabs, words, tats, order = make([]*entry, n), make([]*ruleTable, n), make([]int64, n), make([]int64, n), make([]int, n)
 	}
 	for i := range t.Buckets {
 		if rules != nil {
@@ -550,20 +549,19 @@ retry:
 		}
 		words[i] = w
 	}
+	// A token bucket decides on its locked TAT, as takeFast does on a read
+	// one; a window or log on its state, decided again to commit it (it
+	// stays locked, so the second decision is the first).
 	allowed := true
 	for i := range t.Buckets {
-		l := t.Buckets[i].Limit
-		cur := ents[i].state(words[i], l)
-		t.States[i], nexts[i] = l.Decide(&cur, now, t.Cost)
+		t.States[i], tats[i] = ents[i].decide(words[i], t.Buckets[i].Limit, now, t.Cost)
 		allowed = allowed && t.States[i].Allowed
 	}
 	if !allowed {
 		// Nothing is consumed: report each bucket's balance as it stands.
 		for i := range t.Buckets {
 			if t.States[i].Allowed && t.Cost > 0 {
-				l := t.Buckets[i].Limit
-				cur := ents[i].state(words[i], l)
-				t.States[i], _ = l.Decide(&cur, now, 0)
+				t.States[i], _ = ents[i].decide(words[i], t.Buckets[i].Limit, now, 0)
 			}
 		}
 	}
@@ -572,20 +570,24 @@ retry:
 		switch {
 		case allowed && t.Cost > 0 && e.alg() == l.alg && (e.ext() != nil || e.span() == l.tau):
 			if x := e.ext(); x != nil {
-				l.Commit(&x.st, nexts[i], t.Cost)
+				cur := x.st
+				_, next := l.Decide(&cur, now, t.Cost)
+				l.Commit(&x.st, next, t.Cost)
 				x.expires = l.ExpiresAt(&x.st)
 				e.unlock(0)
 			} else {
-				e.unlock(nexts[i].A)
+				e.unlock(tats[i])
 			}
 		case allowed && t.Cost > 0:
 			// Written under another algorithm or fill time: a new entry
 			// takes its place.
-			var st State
-			if x := e.ext(); x != nil && e.alg() == l.alg {
-				st = x.st
+			st := State{A: tats[i], Span: l.tau}
+			if !l.isBucket() {
+				st = e.state(words[i], l)
+				cur := st
+				_, next := l.Decide(&cur, now, t.Cost)
+				l.Commit(&st, next, t.Cost)
 			}
-			l.Commit(&st, nexts[i], t.Cost)
 			s.replace(tabs[i], e, newEntry(e.key, l, &st))
 		case e.expiresAt(words[i]) == 0 && e.isNew(words[i]):
 			// Created for this take, or never committed: as good as absent.
@@ -594,6 +596,26 @@ retry:
 			e.unlock(words[i])
 		}
 	}
+}
+
+// decide decides a request of cost against e, locked with word w, under l,
+// and returns, for a token bucket, the TAT to write if the request as a
+// whole is admitted.
+func (e *entry) decide(w int64, l *Limit, now, cost int64) (BucketState, int64) {
+	if l.isBucket() && l.decidable() {
+		var span int64
+		if e.alg() == l.alg {
+			span = e.span()
+		} else {
+			w = 0 // another algorithm: afresh
+		}
+		st, left, tat := l.gcraSpan(w, span, now, cost)
+		st.Remaining = left / l.interval
+		return st, tat
+	}
+	cur := e.state(w, l)
+	st, _ := l.Decide(&cur, now, cost)
+	return st, 0
 }
 
 // isNew reports whether e, locked with word w, holds the state of a new
