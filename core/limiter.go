@@ -1019,7 +1019,7 @@ func (l *Limiter) deny(ctx context.Context, req *Request, d *Decision) {
 			continue
 		}
 		l.denials(ctx, Denial{
-			Rule: t.Rule, Limit: t.limit(), Identity: req.identity(t.Rule.Scope),
+			Rule: t.Rule, Limit: t.limit(), Identity: req.Identity(t.Rule.Scope),
 			User: req.User, IP: req.IP, Endpoint: req.Endpoint,
 			At: at, Remaining: t.Remaining, Shadow: t.Shadow,
 		})

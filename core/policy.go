@@ -448,8 +448,11 @@ func kindOf(s Scope) scopeKind {
 	return kindDim
 }
 
-// identity returns the request's identity for scope, or "" when absent.
-func (r *Request) identity(s Scope) string { return r.identityOf(kindOf(s), s) }
+// Identity returns the request's identity in scope s, the key of its
+// bucket under a rule of that scope: User, IP or Endpoint, "*" for
+// ScopeGlobal, the first value of a Dimension's name in Dims; "" when the
+// request has none.
+func (r *Request) Identity(s Scope) string { return r.identityOf(kindOf(s), s) }
 
 // identityOf is identity for s, of kind k.
 func (r *Request) identityOf(k scopeKind, s Scope) string {

@@ -153,3 +153,16 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestIdentity(t *testing.T) {
+	req := &Request{User: "u", IP: "1.2.3.4", Endpoint: "/e",
+		Dims: []Dim{{Name: "tenant", Value: "acme"}, {Name: "tenant", Value: "later"}}}
+	for scope, want := range map[Scope]string{
+		ScopeUser: "u", ScopeIP: "1.2.3.4", ScopeEndpoint: "/e", ScopeGlobal: "*",
+		Dimension("tenant"): "acme", Dimension("region"): "",
+	} {
+		if got := req.Identity(scope); got != want {
+			t.Errorf("Identity(%q) = %q, want %q", scope, got, want)
+		}
+	}
+}

@@ -361,7 +361,7 @@ func (a *Audit) Observe(ctx context.Context, e *core.Event) {
 		}
 		var id, user, ip, endpoint string
 		if req := e.Request; req != nil {
-			id, user, ip, endpoint = tierIdentity(req, t.Rule.Scope), req.User, req.IP, req.Endpoint
+			id, user, ip, endpoint = req.Identity(t.Rule.Scope), req.User, req.IP, req.Endpoint
 		}
 		a.offer(t.Rule, id, user, ip, endpoint, at, t.Remaining, t.Shadow)
 	}
@@ -388,28 +388,6 @@ func (a *Audit) offer(rule *core.Rule, id, user, ip, endpoint string, at, remain
 	default:
 		a.dropped.Add(1)
 	}
-}
-
-// tierIdentity is the request's identity for scope, as core keys buckets.
-func tierIdentity(req *core.Request, s core.Scope) string {
-	switch s {
-	case core.ScopeUser:
-		return req.User
-	case core.ScopeIP:
-		return req.IP
-	case core.ScopeEndpoint:
-		return req.Endpoint
-	case core.ScopeGlobal:
-		return "*"
-	}
-	if name, ok := s.Dimension(); ok {
-		for _, d := range req.Dims {
-			if d.Name == name {
-				return d.Value
-			}
-		}
-	}
-	return ""
 }
 
 // WithPerBucketInterval's table: each slot packs a tag (the hash's top

@@ -207,27 +207,6 @@ func TestParseIP(t *testing.T) {
 	}
 }
 
-func TestTierIdentity(t *testing.T) {
-	req := &core.Request{User: "u", IP: "1.2.3.4", Endpoint: "/e",
-		Dims: []core.Dim{{Name: "tenant", Value: "acme"}, {Name: "tenant", Value: "later"}}}
-	tests := []struct {
-		scope core.Scope
-		want  string
-	}{
-		{core.ScopeUser, "u"},
-		{core.ScopeIP, "1.2.3.4"},
-		{core.ScopeEndpoint, "/e"},
-		{core.ScopeGlobal, "*"},
-		{core.Dimension("tenant"), "acme"},
-		{core.Dimension("region"), ""},
-	}
-	for _, tt := range tests {
-		if got := tierIdentity(req, tt.scope); got != tt.want {
-			t.Errorf("tierIdentity(%q) = %q, want %q", tt.scope, got, tt.want)
-		}
-	}
-}
-
 // TestAdmit walks one bucket's per-bucket interval through named instants.
 func TestAdmit(t *testing.T) {
 	a, err := NewAudit(unreachablePool(t), WithPerBucketInterval(time.Second))
