@@ -12,7 +12,7 @@ VERSION ?= v0.1.0
 # so that it works on a workspace that does not load.
 RELEASE = cd internal/release && GOWORK=off $(GO) run .
 
-.PHONY: demo test lint bench bench-core bench-report bench-versions deps release-check tidy
+.PHONY: demo test lint bench bench-core bench-report bench-versions deps release-check tidy loadtest
 
 ## demo: run the seed timeline and the multi-tier scenario on the in-memory store
 demo:
@@ -40,6 +40,14 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+## loadtest: the gin and net/http example servers driven over HTTP by vegeta at a constant rate on every
+## store, beside a baseline without the middleware and through a Redis outage; every bucket checked against
+## the exact math; written to LOADTEST.md and loadtest/plots (about 9 minutes; LOADTEST_FLAGS=-help lists
+## what else it takes)
+LOADTEST_FLAGS ?=
+loadtest: deps
+	cd loadtest && $(GO) run . -out ../LOADTEST.md -plots loadtest/plots $(LOADTEST_FLAGS)
 
 ## bench-core: the in-memory benchmarks of core alone, $(COUNT) runs each, with allocations
 bench-core:

@@ -45,11 +45,11 @@ func main() {
 
 // run serves until ctx ends (SIGINT or SIGTERM).
 func run(ctx context.Context, addr string, store limits.Flags) error {
-	limiter, closeStore, err := store.NewLimiter()
+	limiter, stop, err := store.NewLimiter()
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer stop()
 	h, err := newHandler(limiter)
 	if err != nil {
 		return err
@@ -79,24 +79,34 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 }
 
 // newHandler returns the API. Every route is limited per user, by plan, and
-// globally; /search has a stricter tier of its own.
+// globally; /search has a stricter tier of its own. A nil limiter (-no-limit)
+// serves the same API without the middleware.
 func newHandler(limiter *core.Limiter) (http.Handler, error) {
+	router := gin.New()
+	router.Use(gin.Recovery())
+	if limiter != nil {
+		rl, err := middleware(limiter)
+		if err != nil {
+			return nil, err
+		}
+		router.Use(rl)
+	}
+	router.GET("/search", search)
+	router.GET("/items/:id", item)
+	return router, nil
+}
+
+// middleware returns the rate limiter's middleware, keyed by the examples'
+// user and plan.
+func middleware(limiter *core.Limiter) (gin.HandlerFunc, error) {
 	user, plan, err := limits.Keys()
 	if err != nil {
 		return nil, err
 	}
-	rl, err := ginlimit.New(limiter,
+	return ginlimit.New(limiter,
 		flow.WithKey(core.ScopeUser, user),
 		flow.WithPlan(plan),
 	)
-	if err != nil {
-		return nil, err
-	}
-	router := gin.New()
-	router.Use(gin.Recovery(), rl)
-	router.GET("/search", search)
-	router.GET("/items/:id", item)
-	return router, nil
 }
 
 func search(c *gin.Context) {

@@ -174,6 +174,10 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
+// RestartErr is Restart for a program that is not a test (a load test's
+// driver): it returns the error Restart would fail the test with.
+func (s *Server) RestartErr() error { return s.svc.Restart(false) }
+
 // ready is the readiness probe. It asks INFO server for the process id
 // rather than sending PING, so that another process that took the port
 // cannot pass for this one.

@@ -1,7 +1,8 @@
 // Package limits is what the example servers share: the policy, the key
 // functions that read the user and plan, and the flags that choose the
-// store (-redis, -redis-cluster, -redis-client, -redis-timeout). Each
-// example's main.go wires these into its framework; only that wiring
+// store (-redis, -redis-cluster, -redis-client, -redis-timeout), the rules
+// (-rules), metrics (-metrics) and the load tests' baseline (-no-limit).
+// Each example's main.go wires these into its framework; only that wiring
 // differs between frameworks.
 package limits
 
@@ -10,16 +11,24 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log"
+	"net"
+	"net/http"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/bucketry/ratelimit/adapters/goredis"
+	promlimit "github.com/bucketry/ratelimit/adapters/prometheus"
 	rlrueidis "github.com/bucketry/ratelimit/adapters/rueidis"
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/keyfuncs"
+	"github.com/bucketry/ratelimit/rules"
 )
 
 // SearchRoutes are the routes of the search tier, which makes search
@@ -104,8 +113,9 @@ func Keys() (user, plan keyfuncs.Func, err error) {
 	return user, planField, nil
 }
 
-// Flags are the command-line flags that choose the store. The zero value
-// chooses the in-memory store.
+// Flags are the command-line flags that choose the store, the rules and
+// what else a server runs. The zero value chooses the in-memory store and
+// the rules of Rules.
 type Flags struct {
 	Redis        string // -redis: a standalone Redis server's address
 	RedisCluster string // -redis-cluster: comma-separated Redis Cluster node addresses
@@ -114,23 +124,53 @@ type Flags struct {
 	// takes longer counts as a store failure, and the limiter fails open
 	// (its default), so a slow Redis never slows the API down; it only
 	// stops limiting it for a while. Zero: no bound but the clients' own.
+	// The Redis stores also stop asking a node that failed 3 times in a
+	// row for a second (WithBreaker(3, time.Second)), so an outage costs
+	// no wait at all, and answer repeated denials without a round trip
+	// (WithLocalDenials).
 	RedisTimeout time.Duration
+	// Rules (-rules) is a YAML or JSON rules file (package rules) that
+	// replaces Rules and Plans; read once, at start.
+	Rules string
+	// Metrics (-metrics) is an address to serve Prometheus metrics on, at
+	// /metrics: the limiter's decisions and the Redis store's counters
+	// (takes by how they were decided, breaker states). Empty: none.
+	Metrics string
+	// NoLimit (-no-limit) serves the API without the rate limiter: the
+	// baseline a load test compares the limited server with.
+	NoLimit bool
 }
 
-// Register defines -redis, -redis-cluster, -redis-client and -redis-timeout
-// on fs.
+// Register defines -redis, -redis-cluster, -redis-client, -redis-timeout,
+// -rules, -metrics and -no-limit on fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Redis, "redis", "", "keep the limits in the standalone Redis server at this `address` (default: in memory)")
 	fs.StringVar(&f.RedisCluster, "redis-cluster", "", "keep the limits in the Redis Cluster with these comma-separated node `addresses`")
 	fs.StringVar(&f.RedisClient, "redis-client", "go-redis", "the Redis `client`: go-redis or rueidis")
 	fs.DurationVar(&f.RedisTimeout, "redis-timeout", 100*time.Millisecond, "stop limiting, rather than wait, when Redis takes longer than this to decide (0: no bound)")
+	fs.StringVar(&f.Rules, "rules", "", "read the rules from this YAML or JSON `file` instead of the built-in ones")
+	fs.StringVar(&f.Metrics, "metrics", "", "serve Prometheus metrics at /metrics on this `address`")
+	fs.BoolVar(&f.NoLimit, "no-limit", false, "serve without the rate limiter (a load test's baseline)")
 }
 
-// NewLimiter returns a limiter with Rules on the store f chooses, and a
-// function that closes the Redis client, which the caller runs when the
-// server has stopped. Every instance started with the same Redis shares the
-// same limits. It checks that Redis answers before returning.
-func (f Flags) NewLimiter() (limiter *core.Limiter, closeStore func() error, err error) {
+// NewLimiter returns a limiter with Rules (or those of the -rules file) on
+// the store f chooses, and a function that closes the Redis client and
+// stops the metrics server, which the caller runs when the server has
+// stopped. Every instance started with the same Redis shares the same
+// limits. It checks that Redis answers before returning. With NoLimit it
+// returns a nil limiter and starts nothing: the caller serves without the
+// middleware.
+func (f Flags) NewLimiter() (limiter *core.Limiter, stop func() error, err error) {
+	if f.NoLimit {
+		if f.Redis != "" || f.RedisCluster != "" || f.Rules != "" || f.Metrics != "" {
+			return nil, nil, errors.New("examples: -no-limit serves without a limiter: -redis, -redis-cluster, -rules and -metrics do not apply")
+		}
+		return nil, func() error { return nil }, nil
+	}
+	policy, err := f.policy()
+	if err != nil {
+		return nil, nil, err
+	}
 	var addrs []string
 	switch {
 	case f.Redis != "" && f.RedisCluster != "":
@@ -139,30 +179,89 @@ func (f Flags) NewLimiter() (limiter *core.Limiter, closeStore func() error, err
 		addrs = []string{f.Redis}
 	case f.RedisCluster != "":
 		addrs = strings.Split(f.RedisCluster, ",")
-	default:
-		limiter, err := NewLimiter(nil)
-		return limiter, func() error { return nil }, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	closeStore := func() error { return nil }
+	var opts []core.Option
 	var store core.Store
-	switch f.RedisClient {
-	case "", "go-redis":
-		store, closeStore, err = goRedisStore(ctx, addrs, f.RedisCluster != "")
-	case "rueidis":
-		store, closeStore, err = rueidisStore(ctx, addrs)
-	default:
-		return nil, nil, fmt.Errorf("examples: -redis-client %q: want go-redis or rueidis", f.RedisClient)
+	if addrs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		switch f.RedisClient {
+		case "", "go-redis":
+			store, closeStore, err = goRedisStore(ctx, addrs, f.RedisCluster != "")
+		case "rueidis":
+			store, closeStore, err = rueidisStore(ctx, addrs)
+		default:
+			return nil, nil, fmt.Errorf("examples: -redis-client %q: want go-redis or rueidis", f.RedisClient)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("examples: redis: %w", err)
+		}
+		opts = append(opts, core.WithStore(store), core.WithTimeout(f.RedisTimeout))
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("examples: redis: %w", err)
+	stopMetrics := func() error { return nil }
+	if f.Metrics != "" {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", f.Metrics); err != nil {
+			closeStore()
+			return nil, nil, fmt.Errorf("examples: -metrics: %w", err)
+		}
+		log.Printf("metrics on %s", ln.Addr())
+		var opt core.Option
+		opt, stopMetrics, err = serveMetrics(ln, store)
+		if err != nil {
+			ln.Close()
+			closeStore()
+			return nil, nil, err
+		}
+		opts = append(opts, opt)
 	}
-	if limiter, err = NewLimiter(store, core.WithTimeout(f.RedisTimeout)); err != nil {
+	if limiter, err = core.NewLimiter(policy, opts...); err != nil {
+		stopMetrics()
 		closeStore()
 		return nil, nil, err
 	}
-	return limiter, closeStore, nil
+	return limiter, func() error { return errors.Join(stopMetrics(), closeStore()) }, nil
 }
+
+// policy returns the policy of the -rules file, or that of Rules and Plans.
+func (f Flags) policy() (*core.Policy, error) {
+	if f.Rules != "" {
+		return rules.Load(f.Rules)
+	}
+	return core.NewPlanPolicy(Plans, Rules()...)
+}
+
+// serveMetrics serves the limiter's metrics, and the store's when it is a
+// core.MetricSource, on ln in the background. It returns the option that
+// feeds the limiter's decisions to them and a function that stops the
+// server.
+func serveMetrics(ln net.Listener, store core.Store) (core.Option, func() error, error) {
+	var opts []promlimit.Option
+	if src, ok := store.(core.MetricSource); ok {
+		opts = append(opts, promlimit.WithSources(src))
+	}
+	metrics, err := promlimit.New(opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(metrics); err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return metrics.Option(), srv.Close, nil
+}
+
+// The examples' circuit breaker: a node that failed this many times in a
+// row is not asked again for the cooldown.
+const (
+	breakerFailures = 3
+	breakerCooldown = time.Second
+)
 
 // goRedisStore returns a store on a go-redis client of addrs.
 func goRedisStore(ctx context.Context, addrs []string, cluster bool) (core.Store, func() error, error) {
@@ -176,7 +275,7 @@ func goRedisStore(ctx context.Context, addrs []string, cluster bool) (core.Store
 	err := client.Ping(ctx).Err()
 	var store *goredis.Store
 	if err == nil {
-		store, err = goredis.New(client)
+		store, err = goredis.New(client, goredis.WithBreaker(breakerFailures, breakerCooldown), goredis.WithLocalDenials())
 	}
 	if err != nil {
 		client.Close()
@@ -195,7 +294,7 @@ func rueidisStore(ctx context.Context, addrs []string) (core.Store, func() error
 	err = client.Do(ctx, client.B().Ping().Build()).Error()
 	var store *rlrueidis.Store
 	if err == nil {
-		store, err = rlrueidis.New(client)
+		store, err = rlrueidis.New(client, rlrueidis.WithBreaker(breakerFailures, breakerCooldown), rlrueidis.WithLocalDenials())
 	}
 	if err != nil {
 		client.Close()

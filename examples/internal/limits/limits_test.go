@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +75,7 @@ func TestFlags(t *testing.T) {
 	if err := fs.Parse([]string{"-redis", "localhost:6379", "-redis-cluster", "a:1,b:2", "-redis-client", "rueidis", "-redis-timeout", "1s"}); err != nil {
 		t.Fatal(err)
 	}
-	if want := (Flags{"localhost:6379", "a:1,b:2", "rueidis", time.Second}); f != want {
+	if want := (Flags{Redis: "localhost:6379", RedisCluster: "a:1,b:2", RedisClient: "rueidis", RedisTimeout: time.Second}); f != want {
 		t.Errorf("parsed %+v, want %+v", f, want)
 	}
 	if _, _, err := f.NewLimiter(); err == nil || !strings.Contains(err.Error(), "exclusive") {
@@ -82,6 +87,88 @@ func TestFlags(t *testing.T) {
 	for _, client := range []string{"go-redis", "rueidis"} {
 		if _, _, err := (Flags{Redis: "127.0.0.1:1", RedisClient: client}).NewLimiter(); err == nil {
 			t.Errorf("NewLimiter with no Redis listening, %s: nil error", client)
+		}
+	}
+}
+
+// TestRulesFile serves the rules of a -rules file, and -no-limit refuses
+// the flags that need a limiter.
+func TestRulesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	const file = "rules:\n  - name: per-ip\n    scope: ip\n    rate_per_second: 1\n    burst_capacity: 2\n"
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var f Flags
+	fs := flag.NewFlagSet("example", flag.ContinueOnError)
+	f.Register(fs)
+	if err := fs.Parse([]string{"-rules", path}); err != nil {
+		t.Fatal(err)
+	}
+	limiter, stop, err := f.NewLimiter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	req := core.Request{IP: "192.0.2.1", Route: "/items/{id}"}
+	for i, want := range []bool{true, true, false} {
+		d, err := limiter.Allow(context.Background(), req)
+		if err != nil || d.Allowed != want || d.Rule != "per-ip" {
+			t.Errorf("#%d: Allow = %v by %q, %v; want %v by per-ip", i+1, d.Allowed, d.Rule, err, want)
+		}
+	}
+	if _, _, err := (Flags{Rules: filepath.Join(t.TempDir(), "missing.yaml")}).NewLimiter(); err == nil {
+		t.Error("NewLimiter with a missing rules file: nil error")
+	}
+	if limiter, stop, err := (Flags{NoLimit: true}).NewLimiter(); limiter != nil || err != nil {
+		t.Errorf("NewLimiter with -no-limit = %v, %v; want no limiter", limiter, err)
+	} else if err := stop(); err != nil {
+		t.Error(err)
+	}
+	if _, _, err := (Flags{NoLimit: true, Rules: path}).NewLimiter(); err == nil || !strings.Contains(err.Error(), "-no-limit") {
+		t.Errorf("NewLimiter with -no-limit and -rules: %v, want an error", err)
+	}
+}
+
+// TestMetrics serves the limiter's decisions and the Redis store's takes at
+// /metrics.
+func TestMetrics(t *testing.T) {
+	srv := redistest.Standalone(t)
+	limiter, stop, err := (Flags{Redis: srv.Addr, Metrics: "127.0.0.1:0"}).NewLimiter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	store, closeStore, err := goRedisStore(context.Background(), []string{srv.Addr}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, stopMetrics, err := serveMetrics(ln, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopMetrics()
+	if limiter, err = NewLimiter(store, opt); err != nil {
+		t.Fatal(err)
+	}
+	checkTiers(t, limiter, "metrics")
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rate_limiter_requests_total 7", "rate_limiter_rejected_total 2", `rate_limiter_redis_takes_total{via="script"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
 }
