@@ -62,7 +62,7 @@ func NewBatcher(send Sender, max int, timeout, minTTL time.Duration) *Batcher {
 func (b *Batcher) Do(ctx context.Context, now string, c *Call) (time.Time, error) {
 	t, lead := b.Start(ctx, now, c, false)
 	if lead {
-		b.run([]*pending{t.p})
+		b.run([]*pending{t.p}, true)
 		return t.p.at, t.p.err
 	}
 	at, _, err := t.Wait()
@@ -106,14 +106,26 @@ func (b *Batcher) Start(ctx context.Context, now string, c *Call, undo bool) (t 
 
 // Release hands a batcher claimed by Start on to the requests queued
 // meanwhile, or makes it idle.
+//
+// The next call is sent by its first member's goroutine, waiting in Wait,
+// unless that member asked for undo values: such a member is one slot of a
+// take over several slots, whose caller waits on its tickets one after
+// another, so it may be waiting on another batcher, itself handed to a
+// caller waiting on this one. Leading from there would tie the batchers of
+// different slots into a cycle that only timeouts break; that call is sent
+// from a goroutine of its own instead.
 func (b *Batcher) Release() {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.busy = false
 	} else {
 		next := b.take()
-		next[0].batch = next
-		next[0].done <- struct{}{}
+		if next[0].undo {
+			go b.run(next, false)
+		} else {
+			next[0].batch = next
+			next[0].done <- struct{}{}
+		}
 	}
 	b.mu.Unlock()
 }
@@ -144,20 +156,24 @@ func (t Ticket) Wait() (time.Time, []string, error) {
 	if batch := p.batch; batch != nil {
 		// This waiter leads the next call.
 		p.batch = nil
-		b.run(batch)
+		b.run(batch, true)
 	}
 	return p.at, p.vals, p.err
 }
 
 // run sends batch as one call, answers every member, then hands the next
-// call, if any queued, to its first waiter. batch[0] is the caller, which
-// reads its answer when run returns; the others are signalled. With a
+// call, if any queued, on (Release). With lead, batch[0] is the caller,
+// which reads its answer when run returns, and the others are signalled;
+// without, every member is signalled. With a
 // timeout, the call is bounded by its members' earliest deadline, so that
 // no member waits longer than its timeout from when it arrived, queueing
 // included: a member whose deadline passed while it was queued is answered
 // with a timeout and not sent.
-func (b *Batcher) run(batch []*pending) {
-	leader := batch[0]
+func (b *Batcher) run(batch []*pending, lead bool) {
+	var leader *pending
+	if lead {
+		leader = batch[0]
+	}
 	answer := func(p *pending, at time.Time, vals []string, err error) {
 		p.at, p.vals, p.err = at, vals, err
 		if p != leader {

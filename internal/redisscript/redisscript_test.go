@@ -618,3 +618,53 @@ func TestBatcherDeadlineWhileQueued(t *testing.T) {
 		}
 	})
 }
+
+// TestBatcherSlotsNoCycle: two takes over the same two slots queue on both
+// batchers in opposite orders, and each waits on its tickets one after the
+// other. Each batcher's next call must go out without waiting for a caller
+// that is waiting on the other batcher: both takes complete.
+func TestBatcherSlotsNoCycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules := testLimits(t)
+		f := &fakeScript{t: t}
+		a := NewBatcher(f.send, 128, 0, 0)
+		b := NewBatcher(f.send, 128, 0, 0)
+		ctx := context.Background()
+		// Two other takes hold both batchers.
+		if _, lead := a.Start(ctx, "", call(rules, "a0"), true); !lead {
+			t.Fatal("a: want to lead")
+		}
+		if _, lead := b.Start(ctx, "", call(rules, "b0"), true); !lead {
+			t.Fatal("b: want to lead")
+		}
+		// y is first in a's queue, x first in b's.
+		ya, _ := a.Start(ctx, "", call(rules, "ya"), true)
+		xa, _ := a.Start(ctx, "", call(rules, "xa"), true)
+		xb, _ := b.Start(ctx, "", call(rules, "xb"), true)
+		yb, _ := b.Start(ctx, "", call(rules, "yb"), true)
+		done := make(chan string, 2)
+		wait := func(name string, tickets ...Ticket) {
+			for _, tk := range tickets {
+				if _, _, err := tk.Wait(); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			}
+			done <- name
+		}
+		go wait("x", xa, xb) // a first: its call is led from y's place in a
+		go wait("y", yb, ya) // b first: its call is led from x's place in b
+		synctest.Wait()
+		a.Release()
+		b.Release()
+		for range 2 {
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("the takes wait on each other")
+			}
+		}
+		if len(f.batches) != 2 || f.batches[0] != 2 || f.batches[1] != 2 {
+			t.Errorf("batches %v, want two calls of 2", f.batches)
+		}
+	})
+}
