@@ -60,7 +60,7 @@ bench-core:
 # bench-versions first checks that the workspace selects every other module
 # at exactly the version benchmarks/go.mod names, so no other module of the
 # workspace has raised a peer.
-BENCH_BENCH = $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) -timeout 0 .
+BENCH_BENCH = $(GO) test -run '^$$' -bench '^Benchmark(Memory|Redis|Middleware)$$' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) -timeout 0 .
 BENCH_ADMISSION = $(GO) test -run '^TestAdmission' -count 1 -v .
 BENCH_REPORT ?= ../BENCHMARKS.md
 

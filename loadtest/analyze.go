@@ -41,6 +41,15 @@ type bucketCheck struct {
 // Over is the over-admission: admitted beyond the math (0 when exact).
 func (b bucketCheck) Over() int64 { return max(0, b.Admitted-b.Allowed) }
 
+// A tierTotal adds up one tier's buckets: all of them, and those whose
+// demand reached the math's allowance (saturated), where admitted against
+// allowed measures under-admission.
+type tierTotal struct {
+	Tier                  tier
+	Buckets, Saturated    int
+	SatAdmitted, SatAllow int64
+}
+
 // second is one second of a run.
 type second struct {
 	Requests, OK, Denied, Failed int
@@ -62,6 +71,7 @@ type summary struct {
 	OverBuckets           int           // buckets admitted beyond the math
 	Over                  int64         // requests admitted beyond the math, summed
 	Saturated             []bucketCheck // the buckets of interest: hot user, endpoint, global
+	Tiers                 []tierTotal   // by tier, in the order of tiers
 	RedisCPU              time.Duration
 	RedisCommands         int64
 	AppCPU                time.Duration
@@ -171,6 +181,19 @@ func summarize(r *result, users int) (*summary, error) {
 		}
 		return 0
 	})
+	s.Tiers = make([]tierTotal, len(tiers))
+	for i := range tiers {
+		s.Tiers[i].Tier = tiers[i]
+	}
+	for k, bc := range checks {
+		tt := &s.Tiers[k.tier]
+		tt.Buckets++
+		if bc.Offered >= bc.Allowed {
+			tt.Saturated++
+			tt.SatAdmitted += bc.Admitted
+			tt.SatAllow += bc.Allowed
+		}
+	}
 	for _, bc := range s.Buckets {
 		switch {
 		case bc.Tier.Scope == "global", bc.Tier.Scope == "endpoint",

@@ -184,7 +184,37 @@ func (r *report) markdown(w io.Writer, plots, analysis string) {
 		p("| %s | %d | %s | %s | %s | %s | %s |\n", s.Name, len(s.Buckets), over,
 			cell(cells, "hot user per-user"), cell(cells, "hot user search"), cell(cells, "search-endpoint"), cell(cells, "global"))
 	}
-	p("\nEach cell is admitted / allowed by the exact math over the run. Over the math counts every bucket of the run\n")
+	p("\nBy tier: the buckets whose demand reached the math's allowance (offered >= b + ⌊r·T⌋), and what they admitted\n")
+	p("of what the math allowed them, summed; the other buckets admitted everything they were asked and are not under-\n")
+	p("admitted by definition.\n\n")
+	p("| target |")
+	for _, t := range tiers {
+		name := t.Name
+		if t.Plan != "" {
+			name += " (" + t.Plan + ")"
+		}
+		p(" %s |", name)
+	}
+	p("\n|---|")
+	for range tiers {
+		p("---:|")
+	}
+	p("\n")
+	for _, s := range r.Runs {
+		if !s.Target.limited() || s.Target.Outage {
+			continue
+		}
+		p("| %s |", s.Name)
+		for _, tt := range s.Tiers {
+			if tt.Saturated == 0 {
+				p(" %d buckets, none saturated |", tt.Buckets)
+				continue
+			}
+			p(" %d of %d saturated: %d / %d (%.1f%%) |", tt.Saturated, tt.Buckets, tt.SatAdmitted, tt.SatAllow, 100*float64(tt.SatAdmitted)/float64(tt.SatAllow))
+		}
+		p("\n")
+	}
+	p("\nEach cell of the first table is admitted / allowed by the exact math over the run. Over the math counts every bucket of the run\n")
 	p("(each user's, each anonymous IP's, the endpoint's, the global one): the requests admitted beyond b + ⌊r·T⌋, summed.\n")
 	p("Below 100%% is under-admission: all-or-nothing decisions (a request another tier denies takes nothing from this\n")
 	p("one), demand that pauses, and, on Redis, each bucket's time running from its first request rather than the run's\n")

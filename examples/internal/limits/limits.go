@@ -124,8 +124,8 @@ type Flags struct {
 	// takes longer counts as a store failure, and the limiter fails open
 	// (its default), so a slow Redis never slows the API down; it only
 	// stops limiting it for a while. Zero: no bound but the clients' own.
-	// The Redis stores also stop asking a node that failed 3 times in a
-	// row for a second (WithBreaker(3, time.Second)), so an outage costs
+	// It is the stores' bound on each call too. The Redis stores also stop
+	// asking a node that failed 3 times in a row for a second (WithBreaker(3, time.Second)), so an outage costs
 	// no wait at all, and answer repeated denials without a round trip
 	// (WithLocalDenials).
 	RedisTimeout time.Duration
@@ -188,9 +188,9 @@ func (f Flags) NewLimiter() (limiter *core.Limiter, stop func() error, err error
 		defer cancel()
 		switch f.RedisClient {
 		case "", "go-redis":
-			store, closeStore, err = goRedisStore(ctx, addrs, f.RedisCluster != "")
+			store, closeStore, err = goRedisStore(ctx, addrs, f.RedisCluster != "", f.RedisTimeout)
 		case "rueidis":
-			store, closeStore, err = rueidisStore(ctx, addrs)
+			store, closeStore, err = rueidisStore(ctx, addrs, f.RedisTimeout)
 		default:
 			return nil, nil, fmt.Errorf("examples: -redis-client %q: want go-redis or rueidis", f.RedisClient)
 		}
@@ -263,8 +263,9 @@ const (
 	breakerCooldown = time.Second
 )
 
-// goRedisStore returns a store on a go-redis client of addrs.
-func goRedisStore(ctx context.Context, addrs []string, cluster bool) (core.Store, func() error, error) {
+// goRedisStore returns a store on a go-redis client of addrs. A timeout >
+// 0 bounds each call (the store's own bound, 100ms, otherwise).
+func goRedisStore(ctx context.Context, addrs []string, cluster bool, timeout time.Duration) (core.Store, func() error, error) {
 	var client redis.UniversalClient
 	// ContextTimeoutEnabled makes go-redis honour the limiter's bound.
 	if cluster {
@@ -275,7 +276,11 @@ func goRedisStore(ctx context.Context, addrs []string, cluster bool) (core.Store
 	err := client.Ping(ctx).Err()
 	var store *goredis.Store
 	if err == nil {
-		store, err = goredis.New(client, goredis.WithBreaker(breakerFailures, breakerCooldown), goredis.WithLocalDenials())
+		opts := []goredis.Option{goredis.WithBreaker(breakerFailures, breakerCooldown), goredis.WithLocalDenials()}
+		if timeout > 0 {
+			opts = append(opts, goredis.WithTimeout(timeout))
+		}
+		store, err = goredis.New(client, opts...)
 	}
 	if err != nil {
 		client.Close()
@@ -285,8 +290,9 @@ func goRedisStore(ctx context.Context, addrs []string, cluster bool) (core.Store
 }
 
 // rueidisStore returns a store on a rueidis client of addrs, which finds
-// out by itself whether they are a Cluster.
-func rueidisStore(ctx context.Context, addrs []string) (core.Store, func() error, error) {
+// out by itself whether they are a Cluster. A timeout > 0 bounds each call
+// (the store's own bound, 100ms, otherwise).
+func rueidisStore(ctx context.Context, addrs []string, timeout time.Duration) (core.Store, func() error, error) {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
 	if err != nil {
 		return nil, nil, err
@@ -294,7 +300,11 @@ func rueidisStore(ctx context.Context, addrs []string) (core.Store, func() error
 	err = client.Do(ctx, client.B().Ping().Build()).Error()
 	var store *rlrueidis.Store
 	if err == nil {
-		store, err = rlrueidis.New(client, rlrueidis.WithBreaker(breakerFailures, breakerCooldown), rlrueidis.WithLocalDenials())
+		opts := []rlrueidis.Option{rlrueidis.WithBreaker(breakerFailures, breakerCooldown), rlrueidis.WithLocalDenials()}
+		if timeout > 0 {
+			opts = append(opts, rlrueidis.WithTimeout(timeout))
+		}
+		store, err = rlrueidis.New(client, opts...)
 	}
 	if err != nil {
 		client.Close()

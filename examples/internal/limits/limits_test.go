@@ -139,7 +139,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	store, closeStore, err := goRedisStore(context.Background(), []string{srv.Addr}, false)
+	store, closeStore, err := goRedisStore(context.Background(), []string{srv.Addr}, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
