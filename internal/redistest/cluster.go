@@ -16,27 +16,31 @@ import (
 const (
 	// SlotCount is the number of hash slots of a Redis Cluster.
 	SlotCount = 16384
-	// clusterMasters is how many masters a test cluster has.
+	// clusterMasters is how many masters a test cluster has without
+	// WithMasters.
 	clusterMasters = 3
 )
 
-// ClusterServer is a Redis Cluster of 3 masters, each with the replicas
-// asked for by [WithReplicas]. Its methods are safe for concurrent use.
+// ClusterServer is a Redis Cluster of n masters (3 unless [WithMasters]
+// says otherwise), each with the replicas asked for by [WithReplicas]. Its
+// methods are safe for concurrent use.
 type ClusterServer struct {
-	// Masters are the masters as the cluster started, in slot order:
-	// Masters[i] owns slots [i*16384/3, (i+1)*16384/3). After a failover
-	// a replica may own them instead: SlotOwner tells.
+	// Masters are the n masters as the cluster started, in slot order:
+	// Masters[i] owns slots [i*16384/n, (i+1)*16384/n), integer division,
+	// so the slots are split as evenly as they divide. After a failover a
+	// replica may own them instead: SlotOwner tells.
 	Masters []*Server
 	// Replicas are the replicas as the cluster started: Replicas[j]
-	// replicates Masters[j%3]. Empty without WithReplicas.
+	// replicates Masters[j%n]. Empty without WithReplicas.
 	Replicas []*Server
 
 	timeout   time.Duration
 	tlsConfig *tls.Config // the client side of WithTLS, nil without it
 }
 
-// Cluster starts a Redis Cluster of 3 masters on free loopback ports (bus
-// port = port+10000), assigns all 16384 slots, and waits until every node
+// Cluster starts a Redis Cluster of 3 masters ([WithMasters] changes the
+// count) on free loopback ports (bus port = port+10000), assigns all 16384
+// slots, evenly split (see [ClusterServer.Masters]), and waits until every node
 // reports cluster_state:ok, every node agrees on who owns each slot and, with
 // WithReplicas, every replica is in sync. Nodes run with
 // --cluster-node-timeout 2000 and announce 127.0.0.1. The cluster is stopped
@@ -135,9 +139,11 @@ func (c *ClusterServer) node(addr string) *Server {
 	return nil
 }
 
-// slotRange returns the first and last slot of master i.
-func slotRange(i int) (first, last int) {
-	return i * SlotCount / clusterMasters, (i+1)*SlotCount/clusterMasters - 1
+// slotRange returns the first and last slot of master i of a cluster of n
+// masters: [i*16384/n, (i+1)*16384/n), so that range sizes differ by at most
+// one slot.
+func slotRange(i, n int) (first, last int) {
+	return i * SlotCount / n, (i+1)*SlotCount/n - 1
 }
 
 func startCluster(cl *cleanups, opts []Option) (*ClusterServer, error) {
@@ -145,7 +151,8 @@ func startCluster(cl *cleanups, opts []Option) (*ClusterServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := clusterMasters * (1 + cfg.replicas)
+	masters := cfg.masters
+	n := masters * (1 + cfg.replicas)
 	nodes := make([]*Server, n)
 	errs := make([]error, n)
 	argsFor := func(b binary, port int, dir string) ([]string, error) {
@@ -170,7 +177,7 @@ func startCluster(cl *cleanups, opts []Option) (*ClusterServer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	c := &ClusterServer{Masters: nodes[:clusterMasters], Replicas: nodes[clusterMasters:], timeout: cfg.startTimeout}
+	c := &ClusterServer{Masters: nodes[:masters], Replicas: nodes[masters:], timeout: cfg.startTimeout}
 	if cfg.certs != nil {
 		c.tlsConfig = cfg.certs.client
 	}
@@ -182,7 +189,7 @@ func startCluster(cl *cleanups, opts []Option) (*ClusterServer, error) {
 		if _, err := m.Do("CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
 			return nil, fmt.Errorf("redistest: %s: CLUSTER SET-CONFIG-EPOCH: %w", m.Addr, err)
 		}
-		first, last := slotRange(i)
+		first, last := slotRange(i, masters)
 		// ADDSLOTS, not ADDSLOTSRANGE, which needs Redis 7.
 		args := []string{"CLUSTER", "ADDSLOTS"}
 		for s := first; s <= last; s++ {
@@ -226,8 +233,8 @@ func startCluster(cl *cleanups, opts []Option) (*ClusterServer, error) {
 		return nil, err
 	}
 	for j, r := range c.Replicas {
-		if _, err := r.Do("CLUSTER", "REPLICATE", ids[j%clusterMasters]); err != nil {
-			return nil, fmt.Errorf("redistest: %s: CLUSTER REPLICATE %s: %w", r.Addr, ids[j%clusterMasters], err)
+		if _, err := r.Do("CLUSTER", "REPLICATE", ids[j%masters]); err != nil {
+			return nil, fmt.Errorf("redistest: %s: CLUSTER REPLICATE %s: %w", r.Addr, ids[j%masters], err)
 		}
 	}
 	err = waitFor(deadline, cfg.startTimeout, "cluster ready", nodes, func() error { return c.check(true) })
@@ -295,7 +302,7 @@ func (c *ClusterServer) check(initial bool) error {
 		}
 		if initial {
 			for i, m := range c.Masters {
-				lo, hi := slotRange(i)
+				lo, hi := slotRange(i, len(c.Masters))
 				for s := lo; s <= hi; s++ {
 					if owners[s] != m.Addr {
 						return fmt.Errorf("%s says %s owns slot %d, want %s", n.Addr, owners[s], s, m.Addr)
@@ -303,7 +310,7 @@ func (c *ClusterServer) check(initial bool) error {
 				}
 			}
 			for j, r := range c.Replicas {
-				e, m := view.byAddr(r.Addr), view.byAddr(c.Masters[j%clusterMasters].Addr)
+				e, m := view.byAddr(r.Addr), view.byAddr(c.Masters[j%len(c.Masters)].Addr)
 				if !e.has("slave") || e.master != m.id {
 					return fmt.Errorf("%s does not see %s as a replica of %s yet", n.Addr, r.Addr, m.addr)
 				}

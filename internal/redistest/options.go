@@ -6,8 +6,8 @@ import (
 )
 
 // Option changes how servers are started. The zero set of options gives a
-// 20s start timeout, no extra arguments, no cluster replicas, plain TCP and
-// only the default user.
+// 20s start timeout, no extra arguments, a cluster of 3 masters without
+// replicas, plain TCP and only the default user.
 type Option interface {
 	apply(*config)
 }
@@ -17,6 +17,7 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
+	masters      int // WithMasters
 	replicas     int
 	args         []string
 	startTimeout time.Duration
@@ -26,11 +27,14 @@ type config struct {
 }
 
 func newConfig(opts []Option) (*config, error) {
-	c := &config{startTimeout: 20 * time.Second}
+	c := &config{masters: clusterMasters, startTimeout: 20 * time.Second}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)
 		}
+	}
+	if c.masters < 1 || c.masters > SlotCount {
+		return nil, fmt.Errorf("redistest: WithMasters: count must be between 1 and %d, got %d", SlotCount, c.masters)
 	}
 	if c.replicas < 0 {
 		return nil, fmt.Errorf("redistest: WithReplicas: count must be >= 0, got %d", c.replicas)
@@ -58,6 +62,15 @@ func newConfig(opts []Option) (*config, error) {
 // Other topologies ignore it: [Sentinel] always has exactly one replica.
 func WithReplicas(n int) Option {
 	return optionFunc(func(c *config) { c.replicas = n })
+}
+
+// WithMasters gives a [Cluster] n masters (3 by default), between 1 and
+// 16384 (one slot each at most); the 16384 slots are split evenly among
+// them, in order (see [ClusterServer.Masters]), and [WithReplicas] gives
+// each of them its replicas. Use it to measure how work spreads over
+// masters. Other topologies ignore it.
+func WithMasters(n int) Option {
+	return optionFunc(func(c *config) { c.masters = n })
 }
 
 // WithArgs appends command-line arguments to every redis-server that holds
