@@ -210,8 +210,9 @@ func TestZeroLimiter(t *testing.T) {
 			}
 			return nil
 		},
-		"Inspect": func(l *Limiter) error { _, err := l.Inspect(ctx, req); return err },
-		"Reset":   func(l *Limiter) error { return l.Reset(ctx, req) },
+		"Inspect":      func(l *Limiter) error { _, err := l.Inspect(ctx, req); return err },
+		"Reset":        func(l *Limiter) error { return l.Reset(ctx, req) },
+		"ReturnLeases": func(l *Limiter) error { return l.ReturnLeases(ctx) },
 	}
 	noError := map[string]bool{"Policy": true, "Logger": true}
 	checkCovered(t, &Limiter{}, calls)

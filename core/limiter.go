@@ -307,6 +307,7 @@ type Limiter struct {
 	memory   *MemoryStore  // store, when it is one
 	takes    sync.Pool     // *Take, for stores other than memory
 	checks   policyChecks  // run on every policy SetPolicy gets: see AddPolicyCheck
+	leases   *leaseTable   // the leases of leased rules, when store is a Leaser
 }
 
 // NewLimiter returns a limiter for policy with opts applied in order over
@@ -315,7 +316,8 @@ type Limiter struct {
 // for a nil policy, a nil option (named by its position in opts, counted
 // from 0), a nil store or observer, an unknown failure mode or a negative
 // timeout; every mistake found is
-// reported, joined with errors.Join.
+// reported, joined with errors.Join. It fails too when policy has a leased
+// rule (see Lease) and the store is neither a Leaser nor the MemoryStore.
 func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	var cfg config
 	for i, o := range opts {
@@ -358,8 +360,14 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 		}
 		l.fallback = m
 	}
-	l.policy.Store(policy)
 	l.memory, _ = l.store.(*MemoryStore)
+	if ls, ok := l.store.(Leaser); ok && l.memory == nil {
+		l.leases = newLeaseTable(ls)
+	}
+	if err := l.checkLeaser(policy); err != nil {
+		return nil, err
+	}
+	l.policy.Store(policy)
 	l.takes.New = func() any { return new(Take) }
 	return l, nil
 }
@@ -395,14 +403,18 @@ func (l *Limiter) Policy() *Policy {
 // the errors of the checks it failed are returned, joined, wrapping
 // ErrInvalidOption; a middleware's names the rule, its scope and the
 // middleware. SetPolicy also fails with an error wrapping ErrInvalidOption
-// for a nil p, and ErrNotConstructed for a Limiter not made by NewLimiter.
-// It is safe for concurrent use.
+// for a nil p or one with a leased rule (see Lease) when the store is
+// neither a Leaser nor the MemoryStore, and ErrNotConstructed for a Limiter
+// not made by NewLimiter. It is safe for concurrent use.
 func (l *Limiter) SetPolicy(p *Policy) error {
 	if !l.constructed() {
 		return errNotConstructed()
 	}
 	if p == nil {
 		return fmt.Errorf("%w: SetPolicy: policy is nil", ErrInvalidOption)
+	}
+	if err := l.checkLeaser(p); err != nil {
+		return err
 	}
 	return l.checks.setPolicy(&l.policy, p)
 }
@@ -584,9 +596,13 @@ func (l *Limiter) decideOn(ctx context.Context, p *Policy, now time.Time, req *R
 		states = make([]BucketState, len(buckets))
 	}
 	states = states[:len(buckets)]
-	err = l.settle(ctx, now, n, buckets, states, rules, d)
+	if p.leased && l.leases != nil {
+		err = l.settleLeased(ctx, now, n, buckets, states, rules, d)
+	} else {
+		err = l.settle(ctx, now, n, buckets, states, rules, d)
+	}
 	if err == nil && !d.Allowed && (l.shadow || p.shadow) && d.shadowOnly() {
-		return l.unshadow(ctx, now, n, buckets, rules, d)
+		return l.unshadow(ctx, p.leased, now, n, buckets, rules, d)
 	}
 	return err
 }
@@ -679,19 +695,7 @@ func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []
 			*d = Decision{Allowed: true, Cost: n, Degraded: true, Err: err}
 			return nil
 		case FailClosed:
-			*d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
-			var uerr error
-			if open := breakerOpen(err); open != nil {
-				// An honest Retry-After: the store is not asked before then.
-				d.RetryAfter = open.retryAfter(time.Now())
-				if open == err {
-					uerr = open.unavailable
-				}
-			}
-			if uerr == nil {
-				uerr = fmt.Errorf("%w: %w", ErrUnavailable, err)
-			}
-			return uerr
+			return failClosed(n, err, d)
 		case FailFallback:
 			t := Take{Now: now, Cost: n, Buckets: buckets, States: states}
 			d.At, d.Degraded, d.Err = time.Unix(0, l.fallback.take(&t)), true, err
@@ -701,11 +705,30 @@ func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []
 	return nil
 }
 
+// failClosed sets d to the denial of a request of cost n that the store's
+// failure err decided under FailClosed, and returns the error wrapping
+// ErrUnavailable to return with it.
+func failClosed(n int64, err error, d *Decision) error {
+	*d = Decision{Reason: ReasonUnavailable, Cost: n, RetryAfter: unavailableRetry, Degraded: true, Err: err}
+	var uerr error
+	if open := breakerOpen(err); open != nil {
+		// An honest Retry-After: the store is not asked before then.
+		d.RetryAfter = open.retryAfter(time.Now())
+		if open == err {
+			uerr = open.unavailable
+		}
+	}
+	if uerr == nil {
+		uerr = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return uerr
+}
+
 // unshadow decides a request that only shadow tiers denied (d, from one
 // store call that took nothing): it goes ahead, so the enforced tiers are
 // charged in a second call, which decides it; the shadow tiers keep what
 // the first call said of them, having taken nothing, as if enforced.
-func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets []Bucket, rules []*Rule, d *Decision) error {
+func (l *Limiter) unshadow(ctx context.Context, leased bool, now time.Time, n int64, buckets []Bucket, rules []*Rule, d *Decision) error {
 	var firstArr [maxInlineTiers]TierState
 	first := firstArr[:0]
 	for i := range d.NumTiers() {
@@ -728,7 +751,12 @@ func (l *Limiter) unshadow(ctx context.Context, now time.Time, n int64, buckets 
 		return nil
 	}
 	var out Decision
-	err := l.settle(ctx, now, n, eb, es, er, &out)
+	var err error
+	if leased && l.leases != nil {
+		err = l.settleLeased(ctx, now, n, eb, es, er, &out)
+	} else {
+		err = l.settle(ctx, now, n, eb, es, er, &out)
+	}
 	if err != nil || out.NumTiers() == 0 {
 		*d = out
 		return err // a failure decided it

@@ -90,6 +90,10 @@ type Rule struct {
 	// Shadow rules are decided and reported like the others but never deny:
 	// see the Limiter's shadow mode (WithShadow) for what they take.
 	Shadow bool
+	// Lease, when its Max is not 0, has each Limiter serve the rule from
+	// tokens it leases from the shared bucket (see Lease). The zero Lease
+	// decides every request in the store.
+	Lease Lease
 
 	mem *ruleTableRef // set by NewPolicy: the rule's table in a MemoryStore
 }
@@ -162,6 +166,7 @@ type Policy struct {
 	byMethod map[string][]int
 
 	shadow bool // some rule is in shadow mode
+	leased bool // some rule has a Lease
 }
 
 // Plans says which plan a request whose plan is empty or unknown gets. The
@@ -185,8 +190,9 @@ type Plans struct {
 // NewPolicy validates rules and returns a policy. Every problem is reported
 // as a *RuleError naming the rule: a missing or malformed name, an unknown
 // scope, an invalid rate, burst, window or wait, a malformed route
-// selector, or two rules with the same name whose plans overlap (the same
-// plan, or one of them for every plan). A policy with no rules is valid
+// selector, a Lease that cannot work (see Lease), or two rules with the
+// same name whose plans overlap (the same plan, or one of them for every
+// plan). A policy with no rules is valid
 // and allows everything. Rules with a Plan need NewPlanPolicy, which says
 // what requests of no plan or an unknown one get; NewPolicy refuses them
 // with an error wrapping ErrInvalidPlan, for such requests would silently
@@ -230,6 +236,10 @@ func NewPlanPolicy(plans Plans, rules ...Rule) (*Policy, error) {
 			// It would panic on the first request: refuse it now.
 			return fail(fmt.Errorf("%w: Lookup is a nil %T", ErrInvalidRule, r.Lookup))
 		}
+		if err := r.Lease.check(&r); err != nil {
+			return fail(err)
+		}
+		p.leased = p.leased || r.Lease.Max > 0
 		for _, rt := range r.Routes {
 			sel, err := ParseRoute(rt)
 			if err != nil {

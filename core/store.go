@@ -190,3 +190,81 @@ func (e *PartialError) Error() string {
 
 // Unwrap returns the failure.
 func (e *PartialError) Unwrap() error { return e.Err }
+
+// Leaser is a Store that can lease tokens: take a number of them from a
+// token bucket in one atomic step, for a Limiter to hand out locally, and
+// take back those left unused (see Lease). The Redis stores are Leasers; a
+// Limiter whose policy has a leased rule needs one (or the MemoryStore,
+// which decides such a rule as any other). Implementations must be safe
+// for concurrent use, and must state the same bucket in the same terms as
+// Take: a leased rule and an unleased one on one bucket see each other's
+// tokens.
+type Leaser interface {
+	// TakeLease takes tokens from bucket b, a token bucket: if it holds at
+	// least need tokens, as many as it holds up to size (size >= need >=
+	// 1), in one atomic step, as Take of that many would (GCRA: the
+	// theoretical arrival time moves by Granted times the interval);
+	// otherwise none, and the grant's State says when need could pass, as
+	// a denied Take of need would. now, when not zero, is the time of the
+	// decision; otherwise the store uses its own clock, as in Take. A
+	// store failure is an error, and the grant is then undefined: the
+	// store may have taken the tokens or not. Stores validate the
+	// arguments with CheckLease first.
+	TakeLease(ctx context.Context, b Bucket, need, size int64, now time.Time) (LeaseGrant, error)
+	// ReturnLease gives n tokens back to bucket b, a token bucket (n >= 1):
+	// the theoretical arrival time moves back by n intervals, never before
+	// now, so that a bucket never holds more than its burst. It is how a
+	// lease's unused tokens go back. now is as for TakeLease. On error the
+	// tokens may or may not have gone back: a lost return under-admits,
+	// it never over-admits.
+	ReturnLease(ctx context.Context, b Bucket, n int64, now time.Time) error
+}
+
+// LeaseGrant is a store's answer to TakeLease. The zero value grants
+// nothing and says nothing of the bucket.
+type LeaseGrant struct {
+	// Granted is the number of tokens taken: 0 (the bucket held fewer
+	// than need), or between need and size.
+	Granted int64
+	// State is the bucket's answer, as Take of need would give it, but
+	// with Remaining the whole tokens left after the grant: Allowed when
+	// Granted > 0; otherwise denied, with the RetryAfter of need tokens
+	// (ReasonLimited), or ReasonCostExceedsLimit when need is above the
+	// burst.
+	State BucketState
+	// At is the time the store decided at (the explicit time, or its
+	// clock).
+	At time.Time
+}
+
+// CheckLease validates the arguments of TakeLease (n as need, with size)
+// or ReturnLease (n, with size 0) as a Leaser must before acting, and
+// returns the first problem: a bucket whose limit NewPolicy did not
+// validate or that is not a token bucket (ErrInvalidRule); an invalid rule
+// name or key (ErrInvalidKey); n below 1 or above MaxCost, or a size
+// other than 0 below n or above MaxCost (ErrInvalidCost); an explicit time
+// before the Unix epoch or after MaxTime() (ErrInvalidTime). It is safe
+// for concurrent use.
+func CheckLease(b *Bucket, n, size int64, now time.Time) error {
+	if b.Limit == nil || b.Limit.alg != AlgTokenBucket || b.Limit.interval == 0 {
+		return fmt.Errorf("%w: bucket %q has no validated token bucket limit, which leasing needs", ErrInvalidRule, b.Rule)
+	}
+	if !validName(b.Rule) {
+		return fmt.Errorf("%w: rule name %q", ErrInvalidKey, b.Rule)
+	}
+	if err := CheckKey(b.Key); err != nil {
+		return err
+	}
+	switch {
+	case n < 1 || n > MaxCost:
+		return fmt.Errorf("%w: lease of %d tokens: must be between 1 and 2^50", ErrInvalidCost, n)
+	case size != 0 && (size < n || size > MaxCost):
+		return fmt.Errorf("%w: lease size %d: must be between need (%d) and 2^50", ErrInvalidCost, size, n)
+	}
+	if !now.IsZero() {
+		if err := checkTime(now); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -50,7 +50,7 @@ type config struct {
 
 func main() {
 	var cfg config
-	flag.IntVar(&cfg.Rate, "rate", 2000, "requests per `second`, constant")
+	flag.IntVar(&cfg.Rate, "rate", 1000, "requests per `second`, constant")
 	flag.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long each target is driven")
 	flag.IntVar(&cfg.Users, "users", 1000, "users on the free and pro plans, besides the hot user")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "the workload's random `seed`")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,6 +34,8 @@ type Stats struct {
 	Reloads int64 // scripts sent in full after NOSCRIPT
 	Refunds int64 // Cluster slot groups given back after another group denied
 	Refused int64 // takes refused at once, wholly or in part, by an open circuit breaker
+	Leases  int64 // leases taken (core.Leaser's TakeLease calls sent to Redis)
+	Returns int64 // leases given back (ReturnLease calls sent to Redis)
 }
 
 // New returns a store on client: a *redis.Client, a failover client
@@ -141,7 +144,7 @@ func contextTimeouts(client redis.UniversalClient) bool {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	st := s.s.Stats()
-	return Stats{Remote: st.Remote, Local: st.Local, Reloads: st.Reloads, Refunds: st.Refunds, Refused: st.Refused}
+	return Stats{Remote: st.Remote, Local: st.Local, Reloads: st.Reloads, Refunds: st.Refunds, Refused: st.Refused, Leases: st.Leases, Returns: st.Returns}
 }
 
 // BreakerStates reports the state of each failure domain's circuit
@@ -161,3 +164,16 @@ func (s *Store) Key(rule, id string) string { return s.s.Key(rule, id) }
 
 // Take implements core.Store.
 func (s *Store) Take(ctx context.Context, t *core.Take) error { return s.s.Take(ctx, t) }
+
+// TakeLease implements core.Leaser, for rules with a core.Lease: one script
+// call takes between need and size tokens from the bucket, on the key Take
+// uses for it.
+func (s *Store) TakeLease(ctx context.Context, b core.Bucket, need, size int64, now time.Time) (core.LeaseGrant, error) {
+	return s.s.TakeLease(ctx, b, need, size, now)
+}
+
+// ReturnLease implements core.Leaser: one script call gives n unused
+// leased tokens back to the bucket, never filling it beyond its burst.
+func (s *Store) ReturnLease(ctx context.Context, b core.Bucket, n int64, now time.Time) error {
+	return s.s.ReturnLease(ctx, b, n, now)
+}

@@ -199,6 +199,19 @@ func (d *down) Ping(context.Context) error { return d.err() }
 // Take implements core.Store.
 func (s *Store) Take(ctx context.Context, t *core.Take) error { return s.s.Load().Take(ctx, t) }
 
+// TakeLease implements core.Leaser, for rules with a core.Lease: one script
+// call takes between need and size tokens from the bucket, on the key Take
+// uses for it.
+func (s *Store) TakeLease(ctx context.Context, b core.Bucket, need, size int64, now time.Time) (core.LeaseGrant, error) {
+	return s.s.Load().TakeLease(ctx, b, need, size, now)
+}
+
+// ReturnLease implements core.Leaser: one script call gives n unused
+// leased tokens back to the bucket, never filling it beyond its burst.
+func (s *Store) ReturnLease(ctx context.Context, b core.Bucket, n int64, now time.Time) error {
+	return s.s.Load().ReturnLease(ctx, b, n, now)
+}
+
 // Key returns the Redis key of bucket (rule, id), for inspection.
 func (s *Store) Key(rule, id string) string { return s.s.Load().Key(rule, id) }
 
@@ -230,6 +243,8 @@ type Stats struct {
 	Reloads     int64 // scripts sent in full after NOSCRIPT
 	Refunds     int64 // Cluster slot groups given back after another group denied
 	Refused     int64 // takes refused at once, wholly or in part, by an open circuit breaker
+	Leases      int64 // leases taken (core.Leaser's TakeLease calls sent to Redis)
+	Returns     int64 // leases given back (ReturnLease calls sent to Redis)
 }
 
 // Stats returns the store's counters (since it connected, for a store made

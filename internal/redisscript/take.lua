@@ -4,10 +4,10 @@
 -- its value before the take and the value the take wrote ("" for none);
 -- mode "r" gives back what earlier takes at time ARGV[1] consumed (Redis
 -- Cluster, when a bucket in another slot denied), then reports each bucket
--- as it stands.
+-- as it stands; modes "l" and "g" lease tokens and give them back.
 --
 -- ARGV[1]  the time in Unix ns as a decimal string, or "" for the server's TIME
--- ARGV[2]  "t", "u" or "r"
+-- ARGV[2]  "t", "u", "r", "l" or "g"
 -- ARGV[3]  the least time to live of a written key, in ms ("0": none)
 -- ARGV[4]  the limits, each once: five little-endian doubles per limit,
 --          code, a, b, c, d:
@@ -23,6 +23,10 @@
 --          ARGV[4] (uint32 each, from 1)
 -- ARGV[6…] in mode "r", two per bucket in order: the value its take wrote
 --          and the value before it, from mode "u"
+--
+-- Modes "l" (lease) and "g" (give back) decide one token bucket, KEYS[1],
+-- under limit 1: ARGV[5] is a count of tokens as a decimal string, and in
+-- mode "l" ARGV[6] the lease's size; see their code below.
 --
 -- Returns an array whose first element is a binary string: the time used
 -- (int64 seconds, int32 nanoseconds), then per request and bucket a code
@@ -536,6 +540,73 @@ local function refund(key, j, written, before)
       redis.call('SET', key, encode({ 5, a, kept }), 'KEEPTTL')
     end
   end
+end
+
+-- Mode "l" leases tokens from the token bucket KEYS[1] under limit 1: if
+-- it holds at least ARGV[5] tokens (need), it takes as many as it holds, up
+-- to ARGV[6] (size), and writes as a take of that many does; otherwise it
+-- takes nothing and answers as a denied take of need. Mode "g" gives
+-- ARGV[5] tokens back to KEYS[1]: its TAT moves back by that many
+-- intervals, never before now (a bucket is never fuller than full); a value
+-- written under another fill time is first rescaled as a take here would
+-- see it. Either replies with the time, then the bucket's record (mode
+-- "l": after the grant; mode "g": as it stands after the return), and in
+-- mode "l" the tokens granted (int64).
+if mode == 'l' or mode == 'g' then
+  local key = KEYS[1]
+  local n = tonumber(ARGV[5])
+  if not key or lalg[1] ~= 1 or not n or n < 1 or n ~= floor(n) then
+    return redis.error_reply('ERR ratelimit: bad lease arguments')
+  end
+  local st = load(key)
+  if st and st[1] ~= 1 then st = false end
+  if mode == 'l' then
+    local size = tonumber(ARGV[6])
+    if not size or size < n or size ~= floor(size) then
+      return redis.error_reply('ERR ratelimit: bad lease size')
+    end
+    cost = n
+    local ok, reason, rem, reset, wait = decide(st, 1)
+    local granted = 0
+    if ok == 1 then
+      cost = 0
+      local _, _, avail = decide(st, 1)
+      granted = avail
+      if granted > size then granted = size end
+      cost = granted
+      local nx, ttl
+      ok, reason, rem, reset, wait, nx, ttl = decide(st, 1)
+      redis.call('SET', key, pack('<Bi8i4i8', 1, next_s, next_ns, lb[1]), 'PX', px(ttl))
+    end
+    return { pack('<i8i4Bi8i8i8i8', now_s, now_ns, reason, rem, reset, wait, granted) }
+  end
+  if n > lc[1] then n = lc[1] end -- never more than a burst
+  if st then
+    local long, interval, tau = llong[1], la[1], lb[1]
+    local saved = now_ns
+    if long then now_ns = now_ns - fmod(now_ns, 1000) end
+    local ts, tns = st[2], st[3]
+    if long then ts, tns = ceil_us(ts, tns) end
+    if diff(ts, tns, now_s, now_ns) > 0 then
+      local span = st[4]
+      if span > 0 and span ~= tau then
+        ts, tns = add(now_s, now_ns, rescale(diff_up_us(ts, tns, now_s, now_ns), span, tau))
+      end
+      local s, ns = add(ts, tns, -n * interval)
+      local left = diff(s, ns, now_s, now_ns)
+      if left <= 0 then
+        redis.call('DEL', key)
+        st = false
+      else
+        redis.call('SET', key, pack('<Bi8i4i8', 1, s, ns, tau), 'PX', px(left))
+        st = { 1, s, ns, tau }
+      end
+    end
+    now_ns = saved
+  end
+  cost = 0
+  local _, reason, rem, reset, wait = decide(st, 1)
+  return { pack('<i8i4Bi8i8i8', now_s, now_ns, reason, rem, reset, wait) }
 end
 
 -- The reply's fields, four per bucket, packed at the end: one struct.pack

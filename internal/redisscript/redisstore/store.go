@@ -33,6 +33,7 @@ type Store struct {
 
 	n struct {
 		remote, local, fetched, hits, misses, reloads, refunds, refused atomic.Int64
+		leases, returns                                                 atomic.Int64
 	}
 }
 
@@ -108,6 +109,8 @@ type Stats struct {
 	Reloads     int64 // scripts sent in full after NOSCRIPT
 	Refunds     int64 // Cluster slot groups given back after another group denied
 	Refused     int64 // takes refused at once by an open circuit breaker (wholly or in part)
+	Leases      int64 // TakeLease calls sent to Redis
+	Returns     int64 // ReturnLease calls sent to Redis
 }
 
 // Stats returns the store's counters.
@@ -121,6 +124,8 @@ func (s *Store) Stats() Stats {
 		Reloads:     s.n.reloads.Load(),
 		Refunds:     s.n.refunds.Load(),
 		Refused:     s.n.refused.Load(),
+		Leases:      s.n.leases.Load(),
+		Returns:     s.n.returns.Load(),
 	}
 }
 

@@ -1,0 +1,605 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// leaseStore is a Store and Leaser in memory, with the reference math
+// (Limit.Decide) and counters of its calls: core's own tests of the
+// limiter's leases use it; the Redis stores are tested against real
+// servers in adapters/test.
+type leaseStore struct {
+	clock *ManualClock // the store's clock for calls without a time; nil: time.Now
+
+	mu      sync.Mutex
+	states  map[[2]string]*State
+	fail    error         // every call fails with it, when set
+	gate    chan struct{} // TakeLease waits for it, when set
+	entered chan struct{} // TakeLease sends to it before waiting for gate
+
+	takes, leases, returns atomic.Int64
+	returned               atomic.Int64 // tokens given back
+}
+
+func newLeaseStore(clock *ManualClock) *leaseStore {
+	return &leaseStore{clock: clock, states: map[[2]string]*State{}}
+}
+
+func (f *leaseStore) now(t time.Time) int64 {
+	switch {
+	case !t.IsZero():
+		return t.UnixNano()
+	case f.clock != nil:
+		return f.clock.Now().UnixNano()
+	}
+	return time.Now().UnixNano()
+}
+
+func (f *leaseStore) state(b *Bucket) *State {
+	k := [2]string{b.Rule, b.Key}
+	s := f.states[k]
+	if s == nil {
+		s = &State{}
+		f.states[k] = s
+	}
+	return s
+}
+
+func (f *leaseStore) setFail(err error) {
+	f.mu.Lock()
+	f.fail = err
+	f.mu.Unlock()
+}
+
+func (f *leaseStore) Take(_ context.Context, t *Take) error {
+	if err := CheckTake(t); err != nil {
+		return err
+	}
+	f.takes.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	now := f.now(t.Now)
+	t.At = time.Unix(0, now)
+	next := make([]State, len(t.Buckets))
+	all := true
+	for i := range t.Buckets {
+		b := &t.Buckets[i]
+		t.States[i], next[i] = b.Limit.Decide(f.state(b), now, t.Cost)
+		all = all && t.States[i].Allowed
+	}
+	for i := range t.Buckets {
+		b := &t.Buckets[i]
+		switch {
+		case all && t.Cost > 0:
+			b.Limit.Commit(f.state(b), next[i], t.Cost)
+		case !all && t.States[i].Allowed:
+			t.States[i], _ = b.Limit.Decide(f.state(b), now, 0)
+		}
+	}
+	return nil
+}
+
+func (f *leaseStore) TakeLease(_ context.Context, b Bucket, need, size int64, now time.Time) (LeaseGrant, error) {
+	if err := CheckLease(&b, need, size, now); err != nil {
+		return LeaseGrant{}, err
+	}
+	f.leases.Add(1)
+	f.mu.Lock()
+	gate, entered := f.gate, f.entered
+	f.mu.Unlock()
+	if gate != nil {
+		entered <- struct{}{}
+		<-gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return LeaseGrant{}, f.fail
+	}
+	t := f.now(now)
+	s := f.state(&b)
+	st, _ := b.Limit.Decide(s, t, need)
+	if !st.Allowed {
+		return LeaseGrant{State: st, At: time.Unix(0, t)}, nil
+	}
+	avail, _ := b.Limit.Decide(s, t, 0)
+	g := min(size, avail.Remaining)
+	st, next := b.Limit.Decide(s, t, g)
+	b.Limit.Commit(s, next, g)
+	return LeaseGrant{Granted: g, State: st, At: time.Unix(0, t)}, nil
+}
+
+func (f *leaseStore) ReturnLease(_ context.Context, b Bucket, n int64, now time.Time) error {
+	if err := CheckLease(&b, n, 0, now); err != nil {
+		return err
+	}
+	f.returns.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	f.returned.Add(n)
+	s := f.state(&b)
+	s.A = max(s.A-n*int64(b.Limit.Interval()), f.now(now))
+	return nil
+}
+
+// tokens returns the whole tokens bucket (rule, key) of lim holds at now.
+func (f *leaseStore) tokens(lim *Limit, rule, key string, now time.Time) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, _ := lim.Decide(f.state(&Bucket{Rule: rule, Key: key}), now.UnixNano(), 0)
+	return st.Remaining
+}
+
+// plainStore is a Store that cannot lease.
+type plainStore struct{ s *leaseStore }
+
+func (p plainStore) Take(ctx context.Context, t *Take) error { return p.s.Take(ctx, t) }
+
+func leasePolicy(t testing.TB, rules ...Rule) *Policy {
+	t.Helper()
+	p, err := NewPolicy(rules...)
+	if err != nil {
+		t.Fatalf("NewPolicy: %v", err)
+	}
+	return p
+}
+
+func leaseLimiter(t testing.TB, p *Policy, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := NewLimiter(p, opts...)
+	if err != nil {
+		t.Fatalf("NewLimiter: %v", err)
+	}
+	return l
+}
+
+// globalLeased is a global token bucket of 10/s, burst 100, leased by up
+// to max tokens for a minute.
+func globalLeased(max int64) Rule {
+	return Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(10), 100), Lease: Lease{Max: max, TTL: time.Minute}}
+}
+
+func TestLeaseValidation(t *testing.T) {
+	tb := TokenBucket(PerSecond(10), 100)
+	for _, tc := range []struct {
+		name  string
+		rule  Rule
+		field string // in the message; "" for a valid rule
+	}{
+		{"none", Rule{Limit: tb}, ""},
+		{"valid", Rule{Limit: tb, Lease: Lease{Max: 100, TTL: time.Second}}, ""},
+		{"negative_max", Rule{Limit: tb, Lease: Lease{Max: -1, TTL: time.Second}}, "Lease.Max: must be >= 0"},
+		{"ttl_without_max", Rule{Limit: tb, Lease: Lease{TTL: time.Second}}, "Lease.TTL: 1s set without Lease.Max"},
+		{"zero_ttl", Rule{Limit: tb, Lease: Lease{Max: 10}}, "Lease.TTL: must be > 0"},
+		{"negative_ttl", Rule{Limit: tb, Lease: Lease{Max: 10, TTL: -time.Second}}, "Lease.TTL: must be > 0"},
+		{"max_above_burst", Rule{Limit: tb, Lease: Lease{Max: 101, TTL: time.Second}}, "Lease.Max: must be at most the burst (100), got 101"},
+		{"shaping", Rule{Limit: Shaping(PerSecond(10), 100, time.Second), Lease: Lease{Max: 10, TTL: time.Second}}, "Lease: only a token bucket"},
+		{"fixed_window", Rule{Limit: FixedWindow(100, time.Second), Lease: Lease{Max: 10, TTL: time.Second}}, "Lease: only a token bucket"},
+		{"sliding_window", Rule{Limit: SlidingWindow(100, time.Second), Lease: Lease{Max: 10, TTL: time.Second}}, "Lease: only a token bucket"},
+		{"sliding_log", Rule{Limit: SlidingLog(100, time.Second), Lease: Lease{Max: 10, TTL: time.Second}}, "Lease: only a token bucket"},
+		{"lookup", Rule{Limit: tb, Lookup: &LimitTable{}, Lease: Lease{Max: 10, TTL: time.Second}}, "Lease: a rule with a Lookup"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.rule
+			r.Name, r.Scope = "global", ScopeGlobal
+			_, err := NewPolicy(r)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("NewPolicy = %v, want no error", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidRule) {
+				t.Fatalf("NewPolicy = %v, want an error wrapping ErrInvalidRule", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, `rule "global"`) || !strings.Contains(msg, tc.field) {
+				t.Fatalf("NewPolicy = %q, want it to name rule \"global\" and %q", msg, tc.field)
+			}
+		})
+	}
+}
+
+func TestLeaseNeedsLeaser(t *testing.T) {
+	leased := leasePolicy(t, globalLeased(10))
+	plain := leasePolicy(t, Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(10), 100)})
+	store := plainStore{newLeaseStore(NewManualClock(t0))}
+	_, err := NewLimiter(leased, WithStore(store))
+	if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), `rule "global" has a Lease`) {
+		t.Fatalf("NewLimiter(leased, non-Leaser) = %v, want ErrInvalidOption naming rule \"global\"", err)
+	}
+	l := leaseLimiter(t, plain, WithStore(store))
+	if err := l.SetPolicy(leased); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), `"global"`) {
+		t.Fatalf("SetPolicy(leased) = %v, want ErrInvalidOption naming rule \"global\"", err)
+	}
+	if l.Policy() != plain {
+		t.Fatal("a refused policy took effect")
+	}
+	// The memory store decides a leased rule exactly, as any other.
+	m := leaseLimiter(t, leased, WithStore(mustMemory(t, WithClock(NewManualClock(t0)))))
+	admitted := 0
+	for range 150 {
+		if d, err := m.Allow(context.Background(), Request{}); err != nil {
+			t.Fatal(err)
+		} else if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 100 {
+		t.Fatalf("memory store admitted %d of 150 at one instant, want the burst, 100", admitted)
+	}
+}
+
+// TestLeaseServesLocally: one lease call, then decisions from the lease
+// without the store; Remaining is what the instance holds.
+func TestLeaseServesLocally(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s))
+	rule := l.Policy().Rules()[0]
+	// The first lease is the cost (no use seen yet); the second, right
+	// after, is extrapolated from that use and capped at Max: 10.
+	wantRemaining := []int64{0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 9}
+	for i, want := range wantRemaining {
+		d, err := l.AllowAt(ctx, t0, Request{}, 1)
+		if err != nil || !d.Allowed {
+			t.Fatalf("AllowAt(t0) #%d = %+v, %v, want allowed", i, d, err)
+		}
+		if d.Remaining != want {
+			t.Fatalf("AllowAt(t0) #%d: Remaining = %d, want %d (held by this instance)", i, d.Remaining, want)
+		}
+	}
+	if got := s.leases.Load(); got != 3 {
+		t.Fatalf("%d TakeLease calls for 12 decisions, want 3 (sizes 1, 10, 10)", got)
+	}
+	if got := s.takes.Load(); got != 0 {
+		t.Fatalf("%d Take calls, want none", got)
+	}
+	if got := s.tokens(&rule.Limit, "global", "*", t0); got != 100-21 {
+		t.Fatalf("shared bucket holds %d, want 79 (100 less leases of 1, 10 and 10)", got)
+	}
+}
+
+// TestLeaseExactAtOneInstant: two instances on one shared bucket with the
+// clock frozen admit exactly the burst together, as the unleased math
+// does, and each then denies with the RetryAfter of one token.
+func TestLeaseExactAtOneInstant(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	p := leasePolicy(t, globalLeased(7))
+	a, b := leaseLimiter(t, p, WithStore(s)), leaseLimiter(t, p, WithStore(s))
+	admitted := 0
+	for i := range 300 {
+		l := a
+		if i%3 == 0 {
+			l = b
+		}
+		d, err := l.AllowAt(ctx, t0, Request{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+			continue
+		}
+		if d.Reason != ReasonLimited || d.RetryAfter != 100*time.Millisecond {
+			t.Fatalf("denial #%d: reason %v, RetryAfter %v; want limited, 100ms (one token at 10/s)", i, d.Reason, d.RetryAfter)
+		}
+	}
+	if admitted != 100 {
+		t.Fatalf("admitted %d at one instant, want the burst, 100", admitted)
+	}
+}
+
+// TestLeaseDenialIsRemembered: once a refill finds the shared bucket short,
+// the instance denies locally until the bucket has refilled the
+// shortfall, then asks the store again.
+func TestLeaseDenialIsRemembered(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(100)), WithStore(s))
+	if d, err := l.AllowAt(ctx, t0, Request{}, 100); err != nil || !d.Allowed {
+		t.Fatalf("AllowAt(t0, 100) = %+v, %v, want allowed", d, err)
+	}
+	calls := s.leases.Load()
+	t1 := t0.Add(50 * time.Millisecond)
+	for _, tc := range []struct {
+		name  string
+		at    time.Time
+		cost  int64
+		retry time.Duration // 0: allowed
+		calls int64         // store calls it makes
+	}{
+		{"short_asks_store", t1, 1, 50 * time.Millisecond, 1},
+		{"again_local", t1, 1, 50 * time.Millisecond, 0},
+		{"cost_2_local", t1, 2, 150 * time.Millisecond, 0},
+		{"later_local", t0.Add(99 * time.Millisecond), 1, time.Millisecond, 0},
+		{"refilled_asks_store", t0.Add(100 * time.Millisecond), 1, 0, 1},
+	} {
+		d, err := l.AllowAt(ctx, tc.at, Request{}, tc.cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.leases.Load() - calls
+		calls += got
+		if d.Allowed != (tc.retry == 0) || d.RetryAfter != tc.retry || got != tc.calls {
+			t.Fatalf("%s: AllowAt(t0+%v, %d) = allowed %v, RetryAfter %v, %d store calls; want allowed %v, RetryAfter %v, %d calls",
+				tc.name, tc.at.Sub(t0), tc.cost, d.Allowed, d.RetryAfter, got, tc.retry == 0, tc.retry, tc.calls)
+		}
+	}
+}
+
+// TestLeaseDrainedBlocks: a refill that drains the shared bucket makes
+// the requests the lease cannot serve deny locally until it refills,
+// instead of each asking the store in turn.
+func TestLeaseDrainedBlocks(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(100)), WithStore(s))
+	for _, tc := range []struct {
+		name      string
+		at        time.Duration
+		cost      int64
+		allowed   bool
+		remaining int64
+		retry     time.Duration
+		calls     int64
+	}{
+		{"first_lease", 0, 60, true, 0, 0, 1},
+		{"drains_the_bucket", 0, 30, true, 10, 0, 1}, // asks for 100, gets the 40 left
+		{"short_by_one_local", 0, 11, false, 10, 100 * time.Millisecond, 0},
+		{"from_the_lease", 0, 10, true, 0, 0, 0},
+		{"refilled_one", 100 * time.Millisecond, 1, true, 0, 0, 1},
+	} {
+		calls := s.leases.Load()
+		d, err := l.AllowAt(ctx, t0.Add(tc.at), Request{}, tc.cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.leases.Load() - calls
+		if d.Allowed != tc.allowed || d.Remaining != tc.remaining || d.RetryAfter != tc.retry || got != tc.calls {
+			t.Fatalf("%s: AllowAt(t0+%v, %d) = allowed %v, Remaining %d, RetryAfter %v, %d store calls; want %v, %d, %v, %d",
+				tc.name, tc.at, tc.cost, d.Allowed, d.Remaining, d.RetryAfter, got, tc.allowed, tc.remaining, tc.retry, tc.calls)
+		}
+	}
+}
+
+// TestLeaseEndsAtTTL: a lease past its TTL gives its tokens back before
+// the next lease is taken.
+func TestLeaseEndsAtTTL(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s))
+	rule := l.Policy().Rules()[0]
+	l.AllowAt(ctx, t0, Request{}, 1)
+	l.AllowAt(ctx, t0, Request{}, 1) // a lease of 10: 9 held
+	if got := s.tokens(&rule.Limit, "global", "*", t0); got != 89 {
+		t.Fatalf("shared bucket holds %d, want 89", got)
+	}
+	t1 := t0.Add(time.Minute) // the lease of the second call ends
+	d, err := l.AllowAt(ctx, t1, Request{}, 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("AllowAt(t1) = %+v, %v", d, err)
+	}
+	if s.returns.Load() != 1 || s.returned.Load() != 9 {
+		t.Fatalf("%d returns of %d tokens, want 1 of 9", s.returns.Load(), s.returned.Load())
+	}
+}
+
+// TestLeaseTimerReturnsIdle: a lease that nobody touches is given back by
+// its timer at its TTL, and the limiter forgets the bucket.
+func TestLeaseTimerReturnsIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newLeaseStore(nil)
+		l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s))
+		l.Allow(ctx, Request{})
+		l.Allow(ctx, Request{})
+		if s.returns.Load() != 0 {
+			t.Fatal("returned before the TTL")
+		}
+		time.Sleep(time.Minute + time.Second)
+		synctest.Wait()
+		if s.returns.Load() != 1 || s.returned.Load() != 9 {
+			t.Fatalf("after the TTL: %d returns of %d tokens, want 1 of 9", s.returns.Load(), s.returned.Load())
+		}
+		if e := l.leases.peek("global", "*"); e != nil {
+			t.Fatal("the idle lease is still in the table")
+		}
+	})
+}
+
+// TestLeaseAllOrNothing: a request that an unleased tier denies gives its
+// leased tokens back to the lease.
+func TestLeaseAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	p := leasePolicy(t, globalLeased(10), Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+	l := leaseLimiter(t, p, WithStore(s))
+	req := Request{User: "u"}
+	l.AllowAt(ctx, t0, Request{}, 1) // no user: global only; a lease of 1
+	if d, _ := l.AllowAt(ctx, t0, req, 1); !d.Allowed {
+		t.Fatalf("first request of u denied: %+v", d)
+	}
+	held := l.leases.peek("global", "*").tokens.Load()
+	d, err := l.AllowAt(ctx, t0, req, 1)
+	if err != nil || d.Allowed || d.Rule != "per-user" {
+		t.Fatalf("second request of u = %+v, %v; want denied by per-user", d, err)
+	}
+	if got := l.leases.peek("global", "*").tokens.Load(); got != held {
+		t.Fatalf("lease holds %d after the denial, want %d: nothing taken", got, held)
+	}
+	if tr := d.TierAt(0); tr.Rule.Name != "global" || !tr.Allowed || tr.Remaining != held {
+		t.Fatalf("global tier of the denial = %+v, want allowed with Remaining %d", tr, held)
+	}
+}
+
+// TestLeaseFailureModes: a failing TakeLease goes through the failure mode.
+func TestLeaseFailureModes(t *testing.T) {
+	ctx := context.Background()
+	down := errors.New("store down")
+	for _, tc := range []struct {
+		mode    FailureMode
+		allowed bool
+		err     error
+	}{
+		{FailOpen, true, nil},
+		{FailClosed, false, ErrUnavailable},
+		{FailFallback, true, nil},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			s := newLeaseStore(nil)
+			s.setFail(down)
+			l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s), WithFailureMode(tc.mode))
+			d, err := l.AllowAt(ctx, t0, Request{}, 1)
+			if d.Allowed != tc.allowed || !errors.Is(err, tc.err) || !d.Degraded || !errors.Is(d.Err, down) {
+				t.Fatalf("AllowAt = allowed %v, degraded %v, Err %v, error %v; want allowed %v, degraded, Err %v, error %v", d.Allowed, d.Degraded, d.Err, err, tc.allowed, down, tc.err)
+			}
+		})
+	}
+	t.Run("fallback_decides", func(t *testing.T) {
+		s := newLeaseStore(nil)
+		s.setFail(down)
+		l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s), WithFailureMode(FailFallback))
+		admitted := 0
+		for range 120 {
+			if d, _ := l.AllowAt(ctx, t0, Request{}, 1); d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 100 {
+			t.Fatalf("fallback admitted %d at one instant, want the burst, 100", admitted)
+		}
+	})
+}
+
+// TestLeaseOneRefillInFlight: requests that find the lease empty while a
+// refill is in flight wait for it instead of calling the store.
+func TestLeaseOneRefillInFlight(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(100)), WithStore(s))
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	s.mu.Lock()
+	s.gate, s.entered = gate, entered
+	s.mu.Unlock()
+	const n = 16
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for range n {
+		wg.Go(func() {
+			if d, err := l.AllowAt(ctx, t0, Request{}, 1); err == nil && d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	// Let the first refill through once the others queue behind it; the
+	// refills after it are not held.
+	<-entered
+	s.mu.Lock()
+	s.gate = nil
+	s.mu.Unlock()
+	close(gate)
+	wg.Wait()
+	if admitted.Load() != n {
+		t.Fatalf("admitted %d of %d", admitted.Load(), n)
+	}
+	// Each refill serves the requests that queued behind it: far fewer
+	// calls than requests (the first lease is 1 token, the next one Max).
+	if got := s.leases.Load(); got > 3 {
+		t.Fatalf("%d TakeLease calls for %d requests, want at most 3", got, n)
+	}
+}
+
+// TestLeaseSize: the lease follows the use of the last TTL, between 1 and
+// Max.
+func TestLeaseSize(t *testing.T) {
+	ls := Lease{Max: 1000, TTL: time.Second}
+	base := t0.UnixNano()
+	for _, tc := range []struct {
+		name            string
+		age, sinceStart int64 // of the lease record, and of its window, ns
+		cur, prev       int64
+		want            int64
+	}{
+		{"new", 0, 0, 0, 0, 1},
+		{"young_extrapolated", int64(100 * time.Millisecond), int64(100 * time.Millisecond), 50, 0, 500},
+		{"young_capped", int64(time.Millisecond), int64(time.Millisecond), 50, 0, 1000},
+		{"steady", int64(10 * time.Second), int64(500 * time.Millisecond), 100, 200, 200},
+		{"idle", int64(10 * time.Second), int64(500 * time.Millisecond), 0, 0, 1},
+	} {
+		e := &lease{born: base - tc.age, winStart: base - tc.sinceStart, cur: tc.cur, prev: tc.prev}
+		if got := e.size(base, ls); got != tc.want {
+			t.Errorf("%s: size = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLeasePolicyChange: a new policy with the same numbers keeps the
+// lease; other numbers end it, giving its tokens back.
+func TestLeasePolicyChange(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s))
+	l.AllowAt(ctx, t0, Request{}, 1)
+	l.AllowAt(ctx, t0, Request{}, 1) // 9 held
+	if err := l.SetPolicy(leasePolicy(t, globalLeased(10))); err != nil {
+		t.Fatal(err)
+	}
+	calls := s.leases.Load()
+	if d, _ := l.AllowAt(ctx, t0, Request{}, 1); !d.Allowed || d.Remaining != 8 || s.leases.Load() != calls {
+		t.Fatalf("same numbers: Remaining %d, %d more store calls; want 8 from the same lease, none", d.Remaining, s.leases.Load()-calls)
+	}
+	r := globalLeased(10)
+	r.Limit = TokenBucket(PerSecond(20), 100)
+	if err := l.SetPolicy(leasePolicy(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.AllowAt(ctx, t0, Request{}, 1); !d.Allowed || s.returned.Load() != 8 {
+		t.Fatalf("new numbers: allowed %v, %d tokens returned; want allowed, the 8 held returned", d.Allowed, s.returned.Load())
+	}
+}
+
+// TestLeaseCostAboveBurst: a cost the bucket can never hold is denied at
+// once, without a store call.
+func TestLeaseCostAboveBurst(t *testing.T) {
+	s := newLeaseStore(nil)
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s))
+	d, err := l.AllowAt(context.Background(), t0, Request{}, 101)
+	if err != nil || d.Allowed || d.Reason != ReasonCostExceedsLimit || s.leases.Load() != 0 {
+		t.Fatalf("AllowAt(cost 101) = %+v, %v, %d store calls; want cost_exceeds_limit, no call", d, err, s.leases.Load())
+	}
+}
+
+// TestLeaseReadAndReturn: a read reports what the instance holds without a
+// store call; ReturnLeases gives every held token back.
+func TestLeaseReadAndReturn(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(NewManualClock(t0))
+	l := leaseLimiter(t, leasePolicy(t, globalLeased(10)), WithStore(s))
+	rule := l.Policy().Rules()[0]
+	l.AllowAt(ctx, t0, Request{}, 1)
+	l.AllowAt(ctx, t0, Request{}, 1)
+	calls := s.leases.Load()
+	if d, err := l.AllowAt(ctx, t0, Request{}, 0); err != nil || !d.Allowed || d.Remaining != 9 || s.leases.Load() != calls {
+		t.Fatalf("read = %+v, %v; want allowed, Remaining 9, no store call", d, err)
+	}
+	if err := l.ReturnLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.tokens(&rule.Limit, "global", "*", t0); got != 98 {
+		t.Fatalf("after ReturnLeases the bucket holds %d, want 98 (2 used)", got)
+	}
+}
