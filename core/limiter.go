@@ -92,17 +92,18 @@ type Event struct {
 type Option interface{ apply(*config) }
 
 type config struct {
-	store     Store
-	failure   FailureMode
-	observers []Observer
-	tally     *Tally
-	latency   func(context.Context, time.Duration)
-	denials   func(context.Context, Denial)
-	sampling  int
-	shadow    bool
-	logger    *slog.Logger
-	timeout   time.Duration
-	errs      []error // what the options got wrong, in order
+	store        Store
+	failure      FailureMode
+	observers    []Observer
+	tally        *Tally
+	latency      func(context.Context, time.Duration)
+	denials      func(context.Context, Denial)
+	denialsReady func(int) bool
+	sampling     int
+	shadow       bool
+	logger       *slog.Logger
+	timeout      time.Duration
+	errs         []error // what the options got wrong, in order
 }
 
 // fail records an error wrapping ErrInvalidOption; NewLimiter returns them.
@@ -217,17 +218,35 @@ type Denial struct {
 // violations attaches here. Unlike an Observer's event, a Denial is a
 // value, so the limiter makes no copy of the decision for it, and a
 // decision that no tier denies costs nothing more. deny must be safe for
-// concurrent use and quick. It may be given once; a nil deny makes
-// NewLimiter fail with ErrInvalidOption.
+// concurrent use and quick. It may be given once (WithGatedDenials
+// included); a nil deny makes NewLimiter fail with ErrInvalidOption.
 func WithDenials(deny func(ctx context.Context, v Denial)) Option {
+	return withDenials("WithDenials", nil, deny)
+}
+
+// WithGatedDenials is WithDenials with a gate: for each decision that
+// denied, before any Denial is made, the limiter calls ready with the
+// number of tiers that denied; when it returns false, deny is not called
+// for that decision. A recorder that cannot take more (a full queue) then
+// costs a request one call and counts what it refused itself, instead of
+// being handed Denials it would drop. ready must be safe for concurrent use
+// and quick. Neither may be nil.
+func WithGatedDenials(ready func(denied int) bool, deny func(ctx context.Context, v Denial)) Option {
+	if ready == nil {
+		return optionFunc(func(c *config) { c.fail("WithGatedDenials: ready is nil") })
+	}
+	return withDenials("WithGatedDenials", ready, deny)
+}
+
+func withDenials(name string, ready func(int) bool, deny func(context.Context, Denial)) Option {
 	return optionFunc(func(c *config) {
 		switch {
 		case deny == nil:
-			c.fail("WithDenials: function is nil")
+			c.fail("%s: function is nil", name)
 		case c.denials != nil:
-			c.fail("WithDenials: given twice")
+			c.fail("%s: given twice (WithDenials and WithGatedDenials count as one)", name)
 		default:
-			c.denials = deny
+			c.denials, c.denialsReady = deny, ready
 		}
 	})
 }
@@ -299,6 +318,7 @@ type Limiter struct {
 	observer []Observer
 	tally    *Tally                               // WithTally's, counted directly
 	denials  func(context.Context, Denial)        // WithDenials'
+	ready    func(denied int) bool                // WithGatedDenials' gate; nil: none
 	latency  func(context.Context, time.Duration) // WithTally's, for timed decisions
 	sampling uint32                               // time one decision in sampling for the observers
 	shadow   bool                                 // every rule in shadow mode
@@ -342,7 +362,7 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	if cfg.sampling == 0 {
 		cfg.sampling = DefaultLatencySampling
 	}
-	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observers, tally: cfg.tally, latency: cfg.latency, denials: cfg.denials, sampling: uint32(cfg.sampling), shadow: cfg.shadow, timeout: cfg.timeout}
+	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observers, tally: cfg.tally, latency: cfg.latency, denials: cfg.denials, ready: cfg.denialsReady, sampling: uint32(cfg.sampling), shadow: cfg.shadow, timeout: cfg.timeout}
 	if cfg.logger != nil {
 		l.log = NewLogThrottle(cfg.logger, LogInterval)
 	}
@@ -1037,6 +1057,17 @@ func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64,
 
 // deny calls WithDenials' function for each tier of d that denied req.
 func (l *Limiter) deny(ctx context.Context, req *Request, d *Decision) {
+	if l.ready != nil {
+		denied := 0
+		for i := range d.NumTiers() {
+			if d.deniedBy(i) {
+				denied++
+			}
+		}
+		if !l.ready(denied) {
+			return
+		}
+	}
 	at := d.At
 	if at.IsZero() {
 		at = time.Now()
@@ -1182,6 +1213,15 @@ func (d *Decision) NumTiers() int {
 		return len(d.more)
 	}
 	return d.n
+}
+
+// deniedBy reports whether tier i, 0 <= i < NumTiers(), denied and has a
+// rule: a tier deny reports.
+func (d *Decision) deniedBy(i int) bool {
+	if d.more != nil {
+		return !d.more[i].Allowed && d.more[i].Rule != nil
+	}
+	return d.flags[i]&1 == 0 && d.tiers[i].rule != nil
 }
 
 // TierAt returns the state of tier i, in policy order, for i from 0 to

@@ -570,6 +570,40 @@ func TestWithDenials(t *testing.T) {
 	}
 }
 
+// TestWithGatedDenials: the gate hears the number of denying tiers of each
+// denied decision, shadow tiers included, and nothing of allowed ones;
+// while it says no, deny is not called.
+func TestWithGatedDenials(t *testing.T) {
+	var gates []int
+	open := true
+	var got []string
+	l := newTestLimiter(t, []Option{WithGatedDenials(
+		func(n int) bool { gates = append(gates, n); return open },
+		func(_ context.Context, v Denial) { got = append(got, v.Rule.Name) })},
+		Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)},
+		Rule{Name: "ip", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1), Shadow: true},
+		Rule{Name: "g", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 100)})
+	ctx := context.Background()
+	req := Request{User: "alice", IP: "192.0.2.1"}
+	l.Allow(ctx, req) // allowed: no gate
+	l.Allow(ctx, req) // u and the shadow ip deny
+	open = false
+	l.Allow(ctx, req) // gated: no denial reported
+	if !slices.Equal(gates, []int{2, 2}) || !slices.Equal(got, []string{"u", "ip"}) {
+		t.Errorf("gate heard %v, deny got %v; want [2 2] and [u ip]", gates, got)
+	}
+	p, _ := NewPolicy(Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+	for _, opts := range [][]Option{
+		{WithGatedDenials(nil, func(context.Context, Denial) {})},
+		{WithGatedDenials(func(int) bool { return true }, nil)},
+		{WithDenials(func(context.Context, Denial) {}), WithGatedDenials(func(int) bool { return true }, func(context.Context, Denial) {})},
+	} {
+		if _, err := NewLimiter(p, opts...); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "WithGatedDenials") {
+			t.Errorf("NewLimiter error %v, want ErrInvalidOption naming WithGatedDenials", err)
+		}
+	}
+}
+
 // TestWithDenialsAllocs: reporting denials allocates nothing.
 func TestWithDenialsAllocs(t *testing.T) {
 	var n int

@@ -262,6 +262,13 @@ type Audit struct {
 
 	queue  chan violation
 	closed atomic.Bool
+	// The writer sleeps until rows need it: armed is set while queued rows
+	// have the writer's attention (a flush timer or a wake on its way);
+	// a request that queues a row when it is clear, or fills a batch, wakes
+	// the writer. Others queue their row and go: a flood costs a request
+	// no wake-up of the writer.
+	armed atomic.Bool
+	wake  chan struct{}
 
 	seed  maphash.Seed
 	slots []atomic.Uint64 // WithPerBucketInterval's table
@@ -311,6 +318,7 @@ func NewAudit(pool *pgxpool.Pool, opts ...AuditOption) (*Audit, error) {
 		cfg:    c,
 		log:    core.NewLogThrottle(c.logger, core.LogInterval),
 		queue:  make(chan violation, c.queueSize),
+		wake:   make(chan struct{}, 1),
 		seed:   maphash.MakeSeed(),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -324,17 +332,30 @@ func NewAudit(pool *pgxpool.Pool, opts ...AuditOption) (*Audit, error) {
 }
 
 // Option is the limiter option that records the denying tiers of its
-// decisions (core.WithDenials):
+// decisions (core.WithGatedDenials):
 //
 //	limiter, err := core.NewLimiter(policy, audit.Option())
 //
 // It is the cheapest way to feed the Audit: the limiter hands each denial
 // over as a value, with no copy of the decision, and a decision no tier
-// denies costs nothing. Each row is thinned, enqueued or, if the queue is
-// full or the Audit closed, dropped and counted; nothing blocks or
-// allocates. A limiter takes one Audit this way; Observe records from an
-// Observer.
-func (a *Audit) Option() core.Option { return core.WithDenials(a.deny) }
+// denies costs nothing. While the queue is full (a deny flood) or the Audit
+// closed, a denied decision's rows are dropped and counted before the
+// limiter makes them, for the cost of one call; otherwise each row is
+// thinned (sampling, WithPerBucketInterval), enqueued or, if the queue
+// filled meanwhile, dropped and counted. Nothing blocks or allocates. A
+// limiter takes one Audit this way; Observe records from an Observer.
+func (a *Audit) Option() core.Option { return core.WithGatedDenials(a.ready, a.deny) }
+
+// ready is Option's gate: a decision's rows, when the queue is full or the
+// Audit closed, are dropped and counted at once, before the limiter makes
+// them.
+func (a *Audit) ready(rows int) bool {
+	if a.closed.Load() || len(a.queue) == cap(a.queue) {
+		a.dropped.Add(int64(rows))
+		return false
+	}
+	return true
+}
 
 func (a *Audit) deny(_ context.Context, v core.Denial) {
 	a.offer(v.Rule, v.Identity, v.User, v.IP, v.Endpoint, v.At.UnixNano(), v.Remaining, v.Shadow)
@@ -387,6 +408,13 @@ func (a *Audit) offer(rule *core.Rule, id, user, ip, endpoint string, at, remain
 	case a.queue <- v:
 	default:
 		a.dropped.Add(1)
+		return
+	}
+	if (!a.armed.Load() && a.armed.CompareAndSwap(false, true)) || len(a.queue) >= a.cfg.batchSize {
+		select {
+		case a.wake <- struct{}{}:
+		default: // a wake is on its way already
+		}
 	}
 }
 
@@ -481,26 +509,54 @@ func (a *Audit) run(ctx context.Context) {
 	w := auditWriter{a: a, batch: make([]violation, 0, min(a.cfg.batchSize, 1024))}
 	timer := time.NewTimer(a.cfg.flushInterval)
 	timer.Stop()
+	timed := false // the timer runs for rows held or queued
+	// settle makes sure that rows held or queued get written within the
+	// flush interval: it starts the timer, or clears armed when there are
+	// none (then checks again, for a row queued meanwhile).
+	settle := func() {
+		if timed {
+			return
+		}
+		if len(w.batch) == 0 && len(a.queue) == 0 {
+			a.armed.Store(false)
+			if len(a.queue) == 0 {
+				return
+			}
+			a.armed.Store(true)
+		}
+		timer.Reset(a.cfg.flushInterval)
+		timed = true
+	}
 	for {
 		select {
-		case v := <-a.queue:
-			a.received.Add(1)
-			if len(w.batch) == 0 {
-				timer.Reset(a.cfg.flushInterval)
-			}
-			w.batch = append(w.batch, v)
-			if len(w.batch) >= a.cfg.batchSize {
-				timer.Stop()
-				w.flush(ctx)
-			}
+		case <-a.wake:
+			w.fill(ctx, false)
+			settle()
 		case <-timer.C:
-			w.flush(ctx)
+			timed = false
+			w.fill(ctx, true)
+			settle()
 		case <-a.stop:
 			timer.Stop()
 			w.drain(ctx)
 			return
 		}
 		w.reportDrops(ctx)
+	}
+}
+
+// fill takes the rows queued now into batches and writes every full one;
+// with all, what is left too.
+func (w *auditWriter) fill(ctx context.Context, all bool) {
+	for n := len(w.a.queue); n > 0; n-- {
+		w.batch = append(w.batch, <-w.a.queue)
+		w.a.received.Add(1)
+		if len(w.batch) >= w.a.cfg.batchSize {
+			w.flush(ctx)
+		}
+	}
+	if all {
+		w.flush(ctx)
 	}
 }
 
