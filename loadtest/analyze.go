@@ -148,6 +148,8 @@ func summarize(r *result, users int) (*summary, error) {
 				switch {
 				case tiers[b.tier].Scope == "global":
 					sec.Admitted["global"]++
+				case tiers[b.tier].Scope == "endpoint":
+					sec.Admitted["search endpoint"]++
 				case tiers[b.tier].Name == "per-user" && b.key == w.user(users):
 					sec.Admitted["hot user"]++
 				}

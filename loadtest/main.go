@@ -7,7 +7,7 @@
 // limiter adds and the Redis CPU it costs, and writes LOADTEST.md with SVG
 // plots.
 //
-//	make loadtest                                   # the whole run, about 8 minutes
+//	make loadtest                                   # the whole run, about 9 minutes
 //	cd loadtest && go run . -rate 1000 -duration 10s -only 'gin (none|redis/go-redis)'
 //
 // It exits with status 1 when a bucket admitted more than the math allows,
@@ -43,6 +43,7 @@ type config struct {
 	Seed     uint64
 	Only     string // a regexp: run only the targets whose names match
 	Outage   bool
+	Peak     bool
 	Out      string // the report; empty: none
 	Plots    string // the directory of the SVG plots, relative to Out's
 	Root     string // the workspace; empty: the go command's
@@ -56,6 +57,7 @@ func main() {
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "the workload's random `seed`")
 	flag.StringVar(&cfg.Only, "only", "", "run only the targets whose names match this `regexp` (\"gin redis/go-redis\")")
 	flag.BoolVar(&cfg.Outage, "outage", true, "also run gin on standalone Redis through a 5s redis-server outage")
+	flag.BoolVar(&cfg.Peak, "peak", true, "also drive gin for 10s each on the Cluster at 2,000 req/s and on standalone Redis at 3,000 req/s, each beside its baseline")
 	flag.StringVar(&cfg.Out, "out", "", "write the report to this Markdown `file`, and its plots beside it")
 	flag.StringVar(&cfg.Plots, "plots", "loadtest/plots", "the plots' `directory`, relative to the report's")
 	flag.StringVar(&cfg.Root, "root", "", "the workspace's `directory` (default: the go command's GOWORK's)")
@@ -72,8 +74,12 @@ func main() {
 // that did not answer.
 var errFailed = errors.New("loadtest: failed")
 
+// peakDuration is the length of each peak run: gin at higher rates, for
+// what the machine sustains.
+const peakDuration = 10 * time.Second
+
 // targets returns every target, in the order they run.
-func targets(outage bool) []target {
+func targets(outage, peak bool) []target {
 	var ts []target
 	for _, fw := range []string{"gin", "nethttp"} {
 		ts = append(ts,
@@ -84,6 +90,20 @@ func targets(outage bool) []target {
 			for _, cl := range []string{"go-redis", "rueidis"} {
 				ts = append(ts, target{Framework: fw, Store: store, Client: cl, Instances: 2})
 			}
+		}
+	}
+	if peak {
+		// The Cluster at 2,000/s, standalone Redis at 3,000/s, each beside
+		// the baseline at its rate: the most each sustains here (the Cluster
+		// spends three script calls per request of this policy).
+		for _, p := range []struct {
+			store string
+			rate  int
+		}{{"cluster", 2000}, {"redis", 3000}} {
+			ts = append(ts,
+				target{Framework: "gin", Store: "none", Instances: 2, Rate: p.rate, Duration: peakDuration},
+				target{Framework: "gin", Store: p.store, Client: "go-redis", Instances: 2, Rate: p.rate, Duration: peakDuration},
+			)
 		}
 	}
 	if outage {
@@ -105,7 +125,7 @@ func run(ctx context.Context, cfg config, argv []string) error {
 		}
 	}
 	var plan []target
-	for _, t := range targets(cfg.Outage) {
+	for _, t := range targets(cfg.Outage, cfg.Peak) {
 		if t.Outage && t.OutageAt+t.OutageFor+5*time.Second > cfg.Duration {
 			return fmt.Errorf("loadtest: -duration %v is too short for the outage run (killed at %v for %v): want at least %v, or -outage=false", cfg.Duration, t.OutageAt, t.OutageFor, t.OutageAt+t.OutageFor+5*time.Second)
 		}

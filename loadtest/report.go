@@ -73,10 +73,11 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond))
 }
 
-// baseline returns the baseline run of a framework, or nil.
-func (r *report) baseline(fw string) *summary {
+// baseline returns the baseline run of a framework at a rate (0: the
+// run's), or nil.
+func (r *report) baseline(fw string, rate int) *summary {
 	for _, s := range r.Runs {
-		if s.Target.Framework == fw && !s.Target.limited() {
+		if s.Target.Framework == fw && !s.Target.limited() && s.Target.Rate == rate {
 			return s
 		}
 	}
@@ -111,6 +112,10 @@ func (r *report) markdown(w io.Writer, plots, analysis string) {
 	p("  sending %.0f%%, and anonymous clients from %d loopback addresses (127.0.1.1-%d) sending %.0f%%; %.0f%% of all\n", 100*hotUserShare, anonymousIPs, anonymousIPs, 100*anonymousShare, 100*searchShare)
 	p("  requests go to `GET /search` (the hot endpoint), the rest to `GET /items/{id}`. Keep-alive connections, a 5s\n")
 	p("  timeout per request. The sender shares the machine's cores with the servers and Redis.\n")
+	if r.Config.Peak {
+		p("- **Peak runs** (`@2000/s`, `@3000/s`): gin on the Cluster at 2,000 requests/s and on standalone Redis at 3,000\n")
+		p("  (go-redis), %v each, each beside the baseline at its rate: what this machine sustains beyond the main rate.\n", peakDuration)
+	}
 	p("- **Latency** is vegeta's: from sending the request to the end of the response body, at the client.\n")
 	p("- **Exact math**: a bucket of burst b and rate r admits at most b + ⌊r·T⌋ requests over T, starting full; T runs\n")
 	p("  from the attack's start to the end of its last response, which holds every decision. Over-admission is any\n")
@@ -136,7 +141,7 @@ func (r *report) markdown(w io.Writer, plots, analysis string) {
 			continue
 		}
 		added := "—"
-		if b := r.baseline(s.Target.Framework); b != nil && s.Target.limited() {
+		if b := r.baseline(s.Target.Framework, s.Target.Rate); b != nil && s.Target.limited() {
 			added = fmt.Sprintf("%+.2f / %+.2f", float64(s.Latency.P50-b.Latency.P50)/1e6, float64(s.Latency.P99-b.Latency.P99)/1e6)
 		}
 		redisCPU, per1k, scripts, cmds, local, degraded := "—", "—", "—", "—", "—", "—"
@@ -222,7 +227,7 @@ func (r *report) markdown(w io.Writer, plots, analysis string) {
 
 	p("\n## Plots\n\n")
 	for _, fw := range []string{"gin", "nethttp"} {
-		if r.baseline(fw) != nil {
+		if r.baseline(fw, 0) != nil {
 			p("![%s latency over time](%s/latency-%s.svg)\n\n", fw, plots, fw)
 		}
 	}
@@ -233,7 +238,7 @@ func (r *report) markdown(w io.Writer, plots, analysis string) {
 		p("\n## Through a Redis outage\n\n")
 		p("`%s`: the standalone redis-server killed (SIGKILL) %.1fs into the run and restarted, empty, at %.1fs. The servers\n", o.Name, o.Outage[0].Seconds(), o.Outage[1].Seconds())
 		p("fail open after `-redis-timeout 100ms`, and the stores' circuit breakers stop asking Redis while it is down.\n\n")
-		p("![outage](%s/outage.svg)\n\n", plots)
+		p("![outage](%s/outage.svg)\n\n![outage latency](%s/outage-latency.svg)\n\n", plots, plots)
 		p("| second | requests | 200 | 429 | failed | p50 ms | p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|\n")
 		for i, sec := range o.Seconds {
 			mark := ""
@@ -257,7 +262,7 @@ func cell(m map[string]string, k string) string {
 func (r *report) find(fw, store, client string, outage bool) *summary {
 	for _, s := range r.Runs {
 		t := s.Target
-		if t.Framework == fw && t.Store == store && t.Client == client && t.Outage == outage {
+		if t.Framework == fw && t.Store == store && t.Client == client && t.Outage == outage && t.Rate == 0 {
 			return s
 		}
 	}
@@ -292,7 +297,7 @@ func (r *report) charts() map[string]*chart {
 	}
 	msOf := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	for _, fw := range []string{"gin", "nethttp"} {
-		base := r.baseline(fw)
+		base := r.baseline(fw, 0)
 		if base == nil {
 			continue
 		}
@@ -314,7 +319,7 @@ func (r *report) charts() map[string]*chart {
 	}
 	if s := r.find("gin", "redis", "go-redis", false); s != nil {
 		c := &chart{Title: "gin redis/go-redis: admitted vs allowed, cumulative", XLabel: "seconds into the run", YLabel: "requests"}
-		for _, b := range []struct{ key, tier string }{{"global", "global"}, {"hot user", "per-user"}} {
+		for _, b := range []struct{ key, tier string }{{"search endpoint", "search-endpoint"}, {"hot user", "per-user"}} {
 			var t tier
 			for _, x := range tiers {
 				if x.Name == b.tier && (x.Plan == "" || x.Plan == planPro) {
@@ -323,20 +328,21 @@ func (r *report) charts() map[string]*chart {
 			}
 			var xs, adm, allowed []float64
 			sum := 0
-			for i, sec := range s.Seconds {
+			// The last second is partial: left out.
+			for i, sec := range s.Seconds[:max(len(s.Seconds)-1, 0)] {
 				sum += sec.Admitted[b.key]
 				xs = append(xs, float64(i+1))
 				adm = append(adm, float64(sum))
 				allowed = append(allowed, float64(t.allowed(time.Duration(i+1)*time.Second)))
 			}
 			if b.key == "hot user" {
-				// Scaled to share the axis with the global bucket.
-				f := 100.0
+				// Scaled to share the axis with the endpoint's bucket.
+				f := 30.0
 				for i := range adm {
 					adm[i] *= f
 					allowed[i] *= f
 				}
-				b.key += " ×100"
+				b.key += " ×30"
 			}
 			c.Series = append(c.Series, series{Name: b.key + " admitted", X: xs, Y: adm}, series{Name: b.key + " allowed", X: xs, Y: allowed, Dashed: true})
 		}

@@ -23,6 +23,10 @@ type target struct {
 	// and restarts it OutageFor later.
 	Outage              bool
 	OutageAt, OutageFor time.Duration
+	// Rate and Duration, when not zero, replace the run's -rate and
+	// -duration: the peak runs.
+	Rate     int
+	Duration time.Duration
 }
 
 // Name is the target's name in the report: "gin redis/go-redis".
@@ -33,6 +37,9 @@ func (t target) Name() string {
 	}
 	if t.Outage {
 		s += " outage"
+	}
+	if t.Rate != 0 {
+		s += fmt.Sprintf(" @%d/s", t.Rate)
 	}
 	return s
 }
@@ -158,11 +165,14 @@ func (e *env) run(ctx context.Context, t target) (*result, error) {
 			res.OutageErr = <-outage
 		}()
 	}
-	pace := vegeta.Rate{Freq: e.rate, Per: time.Second}
-	n := e.rate * int(e.duration/time.Second)
-	res.Samples = make([]sample, 0, n)
+	rate, duration := e.rate, e.duration
+	if t.Rate != 0 {
+		rate, duration = t.Rate, t.Duration
+	}
+	pace := vegeta.Rate{Freq: rate, Per: time.Second}
+	res.Samples = make([]sample, 0, rate*int(duration/time.Second))
 	var last time.Duration
-	for r := range atk.Attack(w.targeter(), pace, e.duration, t.Name()) {
+	for r := range atk.Attack(w.targeter(), pace, duration, t.Name()) {
 		s := sample{
 			at:      r.Timestamp.Sub(res.Began),
 			latency: r.Latency,
