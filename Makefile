@@ -43,7 +43,7 @@ lint:
 
 ## loadtest: the gin and net/http example servers driven over HTTP by vegeta at a constant rate on every
 ## store, beside a baseline without the middleware and through a Redis outage; every bucket checked against
-## the exact math; written to LOADTEST.md and loadtest/plots (about 9 minutes; LOADTEST_FLAGS=-help lists
+## the exact math; written to LOADTEST.md and loadtest/plots (about 8 minutes; LOADTEST_FLAGS=-help lists
 ## what else it takes)
 LOADTEST_FLAGS ?=
 loadtest: deps

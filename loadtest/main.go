@@ -7,7 +7,7 @@
 // limiter adds and the Redis CPU it costs, and writes LOADTEST.md with SVG
 // plots.
 //
-//	make loadtest                                   # the whole run, about 9 minutes
+//	make loadtest                                   # the whole run, about 8 minutes
 //	cd loadtest && go run . -rate 1000 -duration 10s -only 'gin (none|redis/go-redis)'
 //
 // It exits with status 1 when a bucket admitted more than the math allows,
