@@ -43,11 +43,11 @@ lint:
 
 ## loadtest: the gin and net/http example servers driven over HTTP by vegeta at a constant rate on every
 ## store, beside a baseline without the middleware and through a Redis outage; every bucket checked against
-## the exact math; written to LOADTEST.md and loadtest/plots (about 8 minutes; LOADTEST_FLAGS=-help lists
+## the exact math; written to LOADTEST.md and benchmarks/loadtest/plots (about 8 minutes; LOADTEST_FLAGS=-help lists
 ## what else it takes)
 LOADTEST_FLAGS ?=
 loadtest: deps
-	cd loadtest && $(GO) run . -out ../LOADTEST.md -plots loadtest/plots $(LOADTEST_FLAGS)
+	cd benchmarks/loadtest && $(GO) run . -out ../../LOADTEST.md -plots benchmarks/loadtest/plots $(LOADTEST_FLAGS)
 
 ## bench-core: the in-memory benchmarks of core alone, $(COUNT) runs each, with allocations
 bench-core:

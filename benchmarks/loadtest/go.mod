@@ -1,4 +1,4 @@
-module github.com/bucketry/ratelimit/loadtest
+module github.com/bucketry/ratelimit/benchmarks/loadtest
 
 go 1.26.0
 

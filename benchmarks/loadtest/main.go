@@ -8,7 +8,7 @@
 // plots.
 //
 //	make loadtest                                   # the whole run, about 8 minutes
-//	cd loadtest && go run . -rate 1000 -duration 10s -only 'gin (none|redis/go-redis)'
+//	cd benchmarks/loadtest && go run . -rate 1000 -duration 10s -only 'gin (none|redis/go-redis)'
 //
 // It exits with status 1 when a bucket admitted more than the math allows,
 // when a target fails to answer (more than 1% of its requests failed, or it
@@ -59,7 +59,7 @@ func main() {
 	flag.BoolVar(&cfg.Outage, "outage", true, "also run gin on standalone Redis through a 5s redis-server outage")
 	flag.BoolVar(&cfg.Peak, "peak", true, "also drive gin for 10s each on the Cluster at 2,000 req/s and on standalone Redis at 3,000 req/s, each beside its baseline")
 	flag.StringVar(&cfg.Out, "out", "", "write the report to this Markdown `file`, and its plots beside it")
-	flag.StringVar(&cfg.Plots, "plots", "loadtest/plots", "the plots' `directory`, relative to the report's")
+	flag.StringVar(&cfg.Plots, "plots", "benchmarks/loadtest/plots", "the plots' `directory`, relative to the report's")
 	flag.StringVar(&cfg.Root, "root", "", "the workspace's `directory` (default: the go command's GOWORK's)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -51,7 +51,7 @@ var tiers = []tier{
 // rulesYAML returns the rules file (package rules' schema) of tiers.
 func rulesYAML() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# The load test's policy (loadtest/workload.go).\ndefault_plan: %s\nrules:\n", planAnonymous)
+	fmt.Fprintf(&b, "# The load test's policy (benchmarks/loadtest/workload.go).\ndefault_plan: %s\nrules:\n", planAnonymous)
 	for _, t := range tiers {
 		fmt.Fprintf(&b, "  - name: %s\n    scope: %s\n    rate: %d\n    period: %s\n    burst_capacity: %d\n", t.Name, t.Scope, t.Rate, t.Period, t.Burst)
 		if t.Plan != "" {

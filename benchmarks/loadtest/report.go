@@ -87,7 +87,7 @@ func (r *report) baseline(fw string, rate int) *summary {
 func (r *report) markdown(w io.Writer, plots, analysis string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("# Load test\n\n")
-	p("Written by `make loadtest` (`loadtest/`): the example servers (`examples/gin`, `examples/nethttp`) driven over\n")
+	p("Written by `make loadtest` (`benchmarks/loadtest/`): the example servers (`examples/gin`, `examples/nethttp`) driven over\n")
 	p("real HTTP by [vegeta](https://github.com/tsenart/vegeta) used as a library, at a constant rate, on every store,\n")
 	p("beside a baseline of the same servers without the middleware. Every admitted request is checked against the exact\n")
 	p("math of every bucket it took from.\n\n")
@@ -462,7 +462,7 @@ func commandLine(argv []string) string {
 		}
 		parts = append(parts, a)
 	}
-	return "cd loadtest && go run . " + strings.Join(parts[1:], " ")
+	return "cd benchmarks/loadtest && go run . " + strings.Join(parts[1:], " ")
 }
 
 // printSummary writes one line per run.
