@@ -22,6 +22,13 @@
 // parses or formats decimal numbers, and decoding a reply allocates
 // nothing.
 //
+// The script opens with a fast path for the common call, a take on token
+// buckets and shaping limits of at most 100 days: a small function that
+// decides it as the rest of the script would and returns, so that the rest
+// (other algorithms, undo, refunds, leases, rescaling after a limit
+// change) is not even defined for it. It hands over, having written
+// nothing, whatever it does not decide itself.
+//
 // # What a key holds
 //
 // A bucket's key holds a binary value: a tag byte, the algorithm (1 token

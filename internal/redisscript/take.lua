@@ -71,6 +71,179 @@ local pack, sunpack = struct.pack, struct.unpack
 local fmod, floor, ceil, frexp = math.fmod, math.floor, math.ceil, math.frexp
 local byte, rep, concat = string.byte, string.rep, table.concat
 
+-- fast:begin
+-- The common call first, kept small so that Redis runs little code for
+-- it: mode "t" on token buckets and shaping limits of at most 100 days
+-- (limit codes 1 and 2). fast decides it as the rest of this script would,
+-- with the same values and reply (a test compares the two on random
+-- calls), and returns nil, having written nothing, for whatever it leaves
+-- to the rest: another mode or limit code, malformed arguments, a bucket
+-- written under another fill time (a limit change, which rescales), a
+-- bucket 2^53 ns or more ahead of the time used. The definitions below it
+-- then run, only then.
+--
+-- It holds a bucket's state by the index of its key in KEYS: kalg (the
+-- algorithm of the value read or written; false for none, nil before the
+-- read), ks and kns (its TAT) and kspan (the fill time it was written
+-- under).
+local function fast()
+  if ARGV[2] ~= 't' then return nil end
+  local now_s, now_ns
+  local at = ARGV[1]
+  if at == '' then
+    local t = redis.call('TIME')
+    now_s, now_ns = tonumber(t[1]), tonumber(t[2]) * 1000
+  elseif #at <= 9 then
+    now_s, now_ns = 0, tonumber(at)
+  else
+    now_s, now_ns = tonumber(string.sub(at, 1, #at - 9)), tonumber(string.sub(at, #at - 8))
+  end
+  if not now_s or not now_ns then return nil end
+  local min_ttl = tonumber(ARGV[3]) or 0
+
+  local lalg, la, lb, lc, ld = {}, {}, {}, {}, {}
+  local blob = ARGV[4]
+  local nl = #blob / 40
+  if nl ~= math.floor(nl) then return nil end
+  for j = 1, nl do
+    local code, a, b, c, d = sunpack('<ddddd', blob, 40 * j - 39)
+    if code ~= 1 and code ~= 2 then return nil end
+    lalg[j], la[j], lb[j], lc[j], ld[j] = code, a, b, c, d
+  end
+
+  local kalg, ks, kns, kspan, kttl = {}, {}, {}, {}, {}
+  local order, nord = {}, 0
+  local out, nout = {}, 0
+  local bk, bj, bnext, bs, bns, bttl, broom, braw = {}, {}, {}, {}, {}, {}, {}, {}
+  blob = ARGV[5]
+  local pos, size = 1, #blob
+  while pos <= size do
+    if pos + 11 > size then return nil end
+    local c1, c2, c3, c4, c5, c6, c7, c8, m1, m2, m3, m4 = byte(blob, pos, pos + 11)
+    pos = pos + 12
+    if c8 ~= 0 then return nil end
+    local cost = c1 + 256 * (c2 + 256 * (c3 + 256 * (c4 + 256 * (c5 + 256 * (c6 + 256 * c7)))))
+    local m = m1 + 256 * (m2 + 256 * (m3 + 256 * m4))
+    if pos + 8 * m - 1 > size then return nil end
+    local allowed = true
+    for i = 1, m do
+      local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
+      pos = pos + 8
+      local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
+      local alg = lalg[j]
+      if not KEYS[k] or not alg then return nil end
+      local kal = kalg[k]
+      if kal == nil then
+        -- Read once per call. A value that is not a 21-byte token bucket or
+        -- shaping value is no bucket: a new one.
+        kal = false
+        local v = redis.call('GET', KEYS[k])
+        if v and #v == 21 then
+          local tag = byte(v, 1)
+          if tag == 1 or tag == 2 then
+            kal = tag
+            ks[k], kns[k], kspan[k] = sunpack('<i8i4i8', v, 2)
+          end
+        end
+        kalg[k] = kal
+      end
+      local interval, tau = la[j], lb[j]
+      local raw = 0
+      if kal == alg then
+        local span = kspan[k]
+        if span > 0 and span ~= tau then return nil end
+        raw = (ks[k] - now_s) * E9 + (kns[k] - now_ns)
+        if raw < 0 then
+          raw = 0
+        elseif raw >= TWO53 then
+          return nil
+        end
+      end
+      local room = tau - raw
+      local roompos = room
+      if roompos < 0 then roompos = 0 end
+      local need = cost * interval
+      local wait = need - room
+      local reason, rem, reset, w = 0, (roompos - fmod(roompos, interval)) / interval, raw, 0
+      local nx = false
+      if cost > lc[j] then
+        reason, allowed = 2, false
+      elseif cost > 0 then
+        if wait <= 0 or (alg == 2 and wait <= ld[j]) then
+          if wait > 0 then w = wait end
+          local left = room - need
+          if left < 0 then left = 0 end
+          local d = raw + need
+          local r = fmod(d, E9)
+          local s, ns = now_s + (d - r) / E9, now_ns + r
+          if ns >= E9 then s, ns = s + 1, ns - E9 end
+          local ttl = d
+          r = fmod(ns, 1000)
+          if r > 0 then ttl = ttl + 1000 - r end
+          rem, reset, nx = (left - fmod(left, interval)) / interval, d, true
+          bs[i], bns[i], bttl[i] = s, ns, ttl
+        else
+          if alg == 2 then wait = wait - ld[j] end
+          reason, w, allowed = 1, wait, false
+        end
+      end
+      bk[i], bj[i], bnext[i], broom[i], braw[i] = k, j, nx, roompos, raw
+      out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, w
+      nout = nout + 4
+    end
+    if allowed then
+      for i = 1, m do
+        if bnext[i] then
+          local k, j = bk[i], bj[i]
+          kalg[k], ks[k], kns[k], kspan[k] = lalg[j], bs[i], bns[i], lb[j]
+          if not kttl[k] then
+            nord = nord + 1
+            order[nord] = k
+          end
+          kttl[k] = bttl[i]
+        end
+      end
+    else
+      -- Nothing is consumed: an allowing bucket reports its balance as it
+      -- stands, as a read of cost 0.
+      local o = nout - 4 * m
+      for i = 1, m do
+        if out[o + 1] == 0 then
+          local roompos, j = broom[i], bj[i]
+          out[o + 2], out[o + 3], out[o + 4] = (roompos - fmod(roompos, la[j])) / la[j], braw[i], 0
+        end
+        o = o + 4
+      end
+    end
+  end
+
+  for x = 1, nord do
+    local k = order[x]
+    local ttl = kttl[k] + 999999
+    local ms = (ttl - fmod(ttl, 1000000)) / 1000000
+    if ms < 1 then ms = 1 end
+    if ms < min_ttl then ms = min_ttl end
+    redis.call('SET', KEYS[k], pack('<Bi8i4i8', kalg[k], ks[k], kns[k], kspan[k]), 'PX', ms)
+  end
+
+  local parts = { pack('<i8i4', now_s, now_ns) }
+  local f16 = '<' .. string.rep('Bi8i8i8', 16)
+  for x = 0, nout - 1, 64 do
+    if nout - x >= 64 then
+      parts[#parts + 1] = pack(f16, unpack(out, x + 1, x + 64))
+    else
+      parts[#parts + 1] = pack('<' .. string.rep('Bi8i8i8', (nout - x) / 4), unpack(out, x + 1, nout))
+    end
+  end
+  return { table.concat(parts) }
+end
+-- fast:call
+do
+  local r = fast()
+  if r then return r end
+end
+-- fast:end
+
 local function split(str)
   local n = #str
   if n <= 9 then return 0, tonumber(str) end

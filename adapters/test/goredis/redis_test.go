@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -373,4 +374,132 @@ func TestBatchedCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFastPathSameAsGeneral: the script's fast path (its function fast)
+// decides what it decides exactly as the rest of the script, byte for
+// byte. Two scripts are cut from the script's text at its markers: the
+// fast path alone (replying "" where it declines) and the script without
+// it. Random calls on token buckets and shaping limits (several requests
+// per call on few keys, costs from 0 to past the burst, one to three
+// buckets per request, time going forward by random steps) run on two sets
+// of keys, one through each, and every reply and every value written must
+// be equal. Then the cases it leaves to the rest, a limit changed under a
+// bucket and a bucket far ahead of the time used, must be declined with
+// nothing written.
+func TestFastPathSameAsGeneral(t *testing.T) {
+	srv := redistest.Standalone(t)
+	client := standaloneClient(srv)(t)
+	ctx := context.Background()
+	ls := redistests.Limits(t,
+		core.TokenBucket(core.PerSecond(20), 5),
+		core.Shaping(core.PerSecond(10), 3, 400*time.Millisecond),
+		core.TokenBucket(core.PerMinute(7), 2),
+		core.Shaping(core.PerSecond(1000), 1, time.Millisecond),
+	)
+	src := redisscript.Source()
+	begin, call, end := strings.Index(src, "-- fast:begin"), strings.Index(src, "-- fast:call"), strings.Index(src, "-- fast:end")
+	if begin < 0 || call < begin || end < call {
+		t.Fatal("the script's fast path markers are missing or out of order")
+	}
+	fastOnly := src[:call] + "return fast() or { '' }\n"
+	general := src[:begin] + src[end:]
+	declined := func(reply string) bool { return reply == "" }
+	run := func(script string, keys []string, args []any) string {
+		t.Helper()
+		v, err := client.Eval(ctx, script, keys, args...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		arr, ok := v.([]any)
+		if !ok || len(arr) != 1 {
+			t.Fatalf("reply %v, want an array of one string", v)
+		}
+		reply, _ := arr[0].(string)
+		return reply
+	}
+	values := func(keys []string) []string {
+		t.Helper()
+		out := make([]string, len(keys))
+		for i, k := range keys {
+			v, err := client.Get(ctx, k).Result()
+			if err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+			out[i] = v
+		}
+		return out
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	now := t0
+	var fastKeys, generalKeys []string
+	for call := range 300 {
+		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+		var fb, gb redisscript.Builder
+		fb.Reset(redisscript.NowArg(now), redisscript.ModeTake)
+		gb.Reset(redisscript.NowArg(now), redisscript.ModeTake)
+		fb.SetMinTTL(time.Duration(1+call%3) * time.Second) // no key expires before it is read back
+		gb.SetMinTTL(time.Duration(1+call%3) * time.Second)
+		for range 1 + rng.IntN(40) {
+			n := 1 + rng.IntN(3)
+			var buckets []core.Bucket
+			var fk, gk []string
+			for _, i := range rng.Perm(len(ls))[:n] {
+				id := "u" + strconv.Itoa(rng.IntN(3))
+				buckets = append(buckets, core.Bucket{Rule: "r" + strconv.Itoa(i), Key: id, Limit: ls[i]})
+				fk = append(fk, "fast:r"+strconv.Itoa(i)+":"+id)
+				gk = append(gk, "general:r"+strconv.Itoa(i)+":"+id)
+			}
+			cost := int64(rng.IntN(4))
+			if rng.IntN(20) == 0 {
+				cost = 6 // past every burst
+			}
+			fb.Add(&redisscript.Call{Cost: cost, Buckets: buckets, Keys: fk})
+			gb.Add(&redisscript.Call{Cost: cost, Buckets: buckets, Keys: gk})
+		}
+		fr, gr := run(fastOnly, fb.Keys, fb.Args()), run(general, gb.Keys, gb.Args())
+		if declined(fr) {
+			t.Fatalf("call %d: the fast path declined a call it decides", call)
+		}
+		if fr != gr {
+			t.Fatalf("call %d: the fast path replied %x, the rest %x", call, fr, gr)
+		}
+		fastKeys, generalKeys = fb.Keys, gb.Keys
+		if fv, gv := values(fb.Keys), values(gb.Keys); !slices.Equal(fv, gv) {
+			t.Fatalf("call %d: the fast path wrote %q, the rest %q", call, fv, gv)
+		}
+	}
+	if len(fastKeys) == 0 || len(generalKeys) == 0 {
+		t.Fatal("no call was made")
+	}
+
+	// Declined, nothing written: a bucket written under another fill time,
+	// and one far ahead of the time used.
+	changed := redistests.Limits(t, core.TokenBucket(core.PerSecond(5), 5))[0]
+	var b redisscript.Builder
+	decline := func(name string, at time.Time, lim *core.Limit, mode string) {
+		t.Helper()
+		b.Reset(redisscript.NowArg(at), mode)
+		b.Add(&redisscript.Call{Cost: 1, Buckets: []core.Bucket{{Rule: "r0", Key: "u0", Limit: lim}}, Keys: []string{"owing"}})
+		before := values(b.Keys)
+		if before[0] == "" {
+			t.Fatalf("%s: the bucket holds nothing", name)
+		}
+		if r := run(fastOnly, b.Keys, b.Args()); !declined(r) {
+			t.Errorf("%s: the fast path replied %x, want it declined", name, r)
+		}
+		if after := values(b.Keys); !slices.Equal(before, after) {
+			t.Errorf("%s: the fast path declined but the value changed from %q to %q", name, before, after)
+		}
+	}
+	b.Reset(redisscript.NowArg(now), redisscript.ModeTake)
+	b.Add(&redisscript.Call{Cost: 5, Buckets: []core.Bucket{{Rule: "r0", Key: "u0", Limit: ls[0]}}, Keys: []string{"owing"}})
+	if r := run(fastOnly, b.Keys, b.Args()); declined(r) || r[redisscript.HeaderSize] != 0 {
+		t.Fatalf("a full bucket's whole burst: reply %x, want it allowed", r) // the bucket then owes its fill time
+	}
+	decline("limit changed", now, changed, redisscript.ModeTake)
+	decline("far ahead", now.Add(-200*24*time.Hour), ls[0], redisscript.ModeTake)
+	decline("take with undo", now, ls[0], redisscript.ModeTakeUndo)
+	decline("window", now, redistests.Limits(t, core.FixedWindow(5, time.Second))[0], redisscript.ModeTake)
+	decline("a day's token bucket", now, redistests.Limits(t, core.TokenBucket(core.PerDay(1), 200))[0], redisscript.ModeTake)
 }
