@@ -1006,9 +1006,11 @@ func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64,
 	}
 	if len(l.observer) == 0 && l.tally == nil {
 		err := l.decide(ctx, now, req, n, d)
-		l.logFailure(ctx, d, err)
-		if l.denials != nil && (!d.Allowed || d.ShadowDenied) {
-			l.deny(ctx, req, d)
+		if l.log != nil {
+			l.logFailure(ctx, d, err)
+		}
+		if l.denials != nil && (!d.Allowed || d.ShadowDenied) && (l.ready == nil || l.ready(d.denyingTiers())) {
+			l.handOver(ctx, req, d)
 		}
 		return err
 	}
@@ -1033,8 +1035,8 @@ func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64,
 			l.latency(ctx, latency)
 		}
 	}
-	if l.denials != nil && (!d.Allowed || d.ShadowDenied) {
-		l.deny(ctx, req, d)
+	if l.denials != nil && (!d.Allowed || d.ShadowDenied) && (l.ready == nil || l.ready(d.denyingTiers())) {
+		l.handOver(ctx, req, d)
 	}
 	if len(l.observer) == 0 {
 		return err
@@ -1055,19 +1057,22 @@ func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64,
 	return err
 }
 
-// deny calls WithDenials' function for each tier of d that denied req.
-func (l *Limiter) deny(ctx context.Context, req *Request, d *Decision) {
-	if l.ready != nil {
-		denied := 0
-		for i := range d.NumTiers() {
-			if d.deniedBy(i) {
-				denied++
-			}
-		}
-		if !l.ready(denied) {
-			return
+// denyingTiers returns the number of tiers that denied d. run asks the
+// gate with it before it calls handOver: inlined there, a gate refusing,
+// the common case in a deny flood, costs no call of a function with
+// handOver's frame.
+func (d *Decision) denyingTiers() int {
+	n := 0
+	for i := range d.NumTiers() {
+		if d.deniedBy(i) {
+			n++
 		}
 	}
+	return n
+}
+
+// handOver calls WithDenials' function for each tier of d that denied req.
+func (l *Limiter) handOver(ctx context.Context, req *Request, d *Decision) {
 	at := d.At
 	if at.IsZero() {
 		at = time.Now()

@@ -37,6 +37,9 @@ const (
 	// DefaultRetryTimeout is how long a failing batch is retried when
 	// WithRetryTimeout is not given.
 	DefaultRetryTimeout = 30 * time.Second
+	// DefaultMaxWriteRate is the most rows per second written when
+	// WithMaxWriteRate is not given.
+	DefaultMaxWriteRate = 10_000
 )
 
 // Column limits of RateLimitViolation, in characters.
@@ -61,6 +64,7 @@ type auditConfig struct {
 	batchSize     int
 	flushInterval time.Duration
 	retryTimeout  time.Duration
+	maxRate       int // rows per second; 0: no bound
 	sampling      int
 	perBucket     time.Duration
 	ruleID        func(rule, plan string) (int64, bool)
@@ -124,6 +128,24 @@ func WithRetryTimeout(d time.Duration) AuditOption {
 			return
 		}
 		c.retryTimeout = d
+	})
+}
+
+// WithMaxWriteRate bounds the rows written per second, on average over
+// whole batches (DefaultMaxWriteRate, 10,000, when not given): after each
+// batch the writer waits until the rate allows the rows it wrote. A deny
+// flood then costs the database, and the machine, that many rows a
+// second at most: the queue stays full meanwhile, and a full queue drops
+// and counts (AuditStats.Dropped) a denied decision's rows for the cost of
+// one check. n must be >= 0; 0 removes the bound. Close writes what is
+// queued without waiting.
+func WithMaxWriteRate(n int) AuditOption {
+	return auditOptionFunc(func(c *auditConfig) {
+		if n < 0 {
+			c.fail("WithMaxWriteRate: rows per second must be >= 0, got %d", n)
+			return
+		}
+		c.maxRate = n
 	})
 }
 
@@ -275,7 +297,7 @@ type Audit struct {
 
 	received    atomic.Int64 // rows the writer took off the queue
 	written     atomic.Int64
-	dropped     atomic.Int64
+	dropped     drops
 	thinned     atomic.Int64
 	failed      atomic.Int64
 	writeErrors atomic.Int64
@@ -297,6 +319,7 @@ func NewAudit(pool *pgxpool.Pool, opts ...AuditOption) (*Audit, error) {
 		batchSize:     DefaultBatchSize,
 		flushInterval: DefaultFlushInterval,
 		retryTimeout:  DefaultRetryTimeout,
+		maxRate:       DefaultMaxWriteRate,
 		sampling:      1,
 	}
 	if pool == nil {
@@ -314,15 +337,16 @@ func NewAudit(pool *pgxpool.Pool, opts ...AuditOption) (*Audit, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Audit{
-		pool:   pool,
-		cfg:    c,
-		log:    core.NewLogThrottle(c.logger, core.LogInterval),
-		queue:  make(chan violation, c.queueSize),
-		wake:   make(chan struct{}, 1),
-		seed:   maphash.MakeSeed(),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-		cancel: cancel,
+		pool:    pool,
+		cfg:     c,
+		log:     core.NewLogThrottle(c.logger, core.LogInterval),
+		queue:   make(chan violation, c.queueSize),
+		dropped: newDrops(),
+		wake:    make(chan struct{}, 1),
+		seed:    maphash.MakeSeed(),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		cancel:  cancel,
 	}
 	if c.perBucket > 0 {
 		a.slots = make([]atomic.Uint64, slotCount)
@@ -552,11 +576,36 @@ func (w *auditWriter) fill(ctx context.Context, all bool) {
 		w.batch = append(w.batch, <-w.a.queue)
 		w.a.received.Add(1)
 		if len(w.batch) >= w.a.cfg.batchSize {
-			w.flush(ctx)
+			w.pace(w.flush(ctx))
 		}
 	}
 	if all {
-		w.flush(ctx)
+		w.pace(w.flush(ctx))
+	}
+}
+
+// pace waits, after a batch of n rows, until WithMaxWriteRate allows them:
+// the rows' share of a second past the later of the last such time and
+// now. It returns at once when the Audit is being closed.
+func (w *auditWriter) pace(n int) {
+	rate := w.a.cfg.maxRate
+	if rate == 0 || n == 0 {
+		return
+	}
+	now := time.Now()
+	if w.paced.Before(now) {
+		w.paced = now
+	}
+	w.paced = w.paced.Add(time.Duration(n) * time.Second / time.Duration(rate))
+	wait := w.paced.Sub(now)
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.a.stop:
 	}
 }
 
@@ -571,7 +620,8 @@ type auditWriter struct {
 	// been migrated meanwhile.
 	checked, shadowColumn bool
 	droppedSeen           int64
-	noRuleID              bool // write rule_id NULL: the mapping named a missing rule
+	paced                 time.Time // see pace
+	noRuleID              bool      // write rule_id NULL: the mapping named a missing rule
 }
 
 // drain writes everything queued when Close is called; once ctx has
@@ -620,10 +670,12 @@ const (
 
 // flush writes the batch, retrying with backoff within WithRetryTimeout,
 // and empties it.
-func (w *auditWriter) flush(ctx context.Context) {
+// flush writes the batch and returns its size.
+func (w *auditWriter) flush(ctx context.Context) (rows int) {
 	if len(w.batch) == 0 {
-		return
+		return 0
 	}
+	rows = len(w.batch)
 	defer func() {
 		clear(w.batch) // let the strings go
 		w.batch = w.batch[:0]

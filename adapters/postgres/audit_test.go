@@ -109,7 +109,7 @@ func TestNewAuditOptions(t *testing.T) {
 	}{
 		{"defaults", pool, nil, ""},
 		{"all valid", pool, []AuditOption{WithQueueSize(1), WithBatchSize(1), WithFlushInterval(time.Millisecond),
-			WithRetryTimeout(0), WithSampling(1), WithPerBucketInterval(time.Millisecond),
+			WithRetryTimeout(0), WithMaxWriteRate(0), WithSampling(1), WithPerBucketInterval(time.Millisecond),
 			WithRuleIDs(func(string, string) (int64, bool) { return 0, false }), WithAuditLogger(slog.Default())}, ""},
 		{"nil pool", nil, nil, "pglimit: NewAudit: pool is nil"},
 		{"nil option", pool, []AuditOption{WithQueueSize(1), nil}, "pglimit: NewAudit: option 1 is nil"},
@@ -117,6 +117,7 @@ func TestNewAuditOptions(t *testing.T) {
 		{"batch size", pool, []AuditOption{WithBatchSize(-1)}, "pglimit: WithBatchSize: size must be >= 1, got -1"},
 		{"flush interval", pool, []AuditOption{WithFlushInterval(0)}, "pglimit: WithFlushInterval: interval must be > 0, got 0s"},
 		{"retry timeout", pool, []AuditOption{WithRetryTimeout(-time.Second)}, "pglimit: WithRetryTimeout: timeout must be >= 0, got -1s"},
+		{"max write rate", pool, []AuditOption{WithMaxWriteRate(-1)}, "pglimit: WithMaxWriteRate: rows per second must be >= 0, got -1"},
 		{"sampling", pool, []AuditOption{WithSampling(0)}, "pglimit: WithSampling: n must be >= 1, got 0"},
 		{"per-bucket interval", pool, []AuditOption{WithPerBucketInterval(time.Microsecond)}, "pglimit: WithPerBucketInterval: interval must be 0 or >= 1ms, got 1µs"},
 		{"rule ids", pool, []AuditOption{WithRuleIDs(nil)}, "pglimit: WithRuleIDs: func is nil"},

@@ -412,6 +412,12 @@ func TestAuditDenyFlood(t *testing.T) {
 	if st.Written != st.Enqueued || inTable != st.Enqueued || st.Failed != 0 || st.QueueDepth != 0 {
 		t.Errorf("Stats() = %+v, %d rows in the table: want every accepted row written", st, inTable)
 	}
+	// The default write rate bounds what the flood wrote while it lasted:
+	// at most the rate's share of the time, and the batch written before
+	// the writer first waited.
+	if most := int64(pglimit.DefaultMaxWriteRate*elapsed.Seconds()) + pglimit.DefaultBatchSize; before.Written > most {
+		t.Errorf("%d rows written during the %v flood, want at most %d (DefaultMaxWriteRate)", before.Written, elapsed.Round(time.Millisecond), most)
+	}
 }
 
 // raceEnabled reports whether the test binary was built with -race.
@@ -426,4 +432,59 @@ func raceEnabled() bool {
 		}
 	}
 	return false
+}
+
+// TestAuditMaxWriteRate: a flood offering far more rows than
+// WithMaxWriteRate allows gets that many rows a second written, and the
+// rest dropped and counted; Close then writes what is queued.
+func TestAuditMaxWriteRate(t *testing.T) {
+	srv, pool := migrated(t)
+	const rate, batch = 2000, 100
+	a, err := pglimit.NewAudit(pool, pglimit.WithMaxWriteRate(rate), pglimit.WithBatchSize(batch), pglimit.WithQueueSize(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := auditedLimiter(t, a, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: oneThenDeny})
+	ctx := context.Background()
+	var denied int64
+	start := time.Now()
+	for i := 0; time.Since(start) < 1500*time.Millisecond; i++ {
+		// About 50,000 denials a second: 25 times the rate, with room on
+		// the other core for the writer.
+		if i%50 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		d, err := l.Allow(ctx, core.Request{User: fmt.Sprintf("user-%d", i%100)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			denied++
+		}
+	}
+	elapsed := time.Since(start)
+	during := a.Stats()
+	closeAudit(t, a)
+	st := a.Stats()
+	rows, err := srv.Query(`SELECT count(*) FROM RateLimitViolation`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inTable int64
+	fmt.Sscan(rows[0][0], &inTable)
+	most := int64(rate*elapsed.Seconds()) + batch
+	t.Logf("%d denials in %v: %d rows written meanwhile (at most %d allowed), %d dropped; after Close %d written, %d in the table",
+		denied, elapsed.Round(time.Millisecond), during.Written, most, st.Dropped, st.Written, inTable)
+	if during.Written > most {
+		t.Errorf("%d rows written in %v at WithMaxWriteRate(%d), want at most %d", during.Written, elapsed.Round(time.Millisecond), rate, most)
+	}
+	if during.Written < rate/2 {
+		t.Errorf("%d rows written in %v at WithMaxWriteRate(%d): the writer stalled", during.Written, elapsed.Round(time.Millisecond), rate)
+	}
+	if denied < 10*most || st.Dropped == 0 {
+		t.Errorf("%d denials, %d dropped: the flood did not outrun the rate", denied, st.Dropped)
+	}
+	if st.Enqueued+st.Dropped != denied || st.Written != st.Enqueued || inTable != st.Enqueued {
+		t.Errorf("Stats() = %+v, %d rows in the table, %d denials: want every accepted row written, the rest dropped", st, inTable, denied)
+	}
 }

@@ -6,12 +6,15 @@ require (
 	github.com/bucketry/ratelimit/adapters/postgres v0.1.0
 	github.com/bucketry/ratelimit/core v0.1.0
 	github.com/bucketry/ratelimit/internal/pgtest v0.1.0
+	github.com/bucketry/ratelimit/nethttp v0.1.0
 	github.com/bucketry/ratelimit/rules v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
 require (
+	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
 	github.com/bucketry/ratelimit/internal/proctest v0.1.0 // indirect
+	github.com/bucketry/ratelimit/keyfuncs v0.1.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
