@@ -92,18 +92,18 @@ type Event struct {
 type Option interface{ apply(*config) }
 
 type config struct {
-	store        Store
-	failure      FailureMode
-	observers    []Observer
-	tally        *Tally
-	latency      func(context.Context, time.Duration)
-	denials      func(context.Context, Denial)
-	denialsReady func(int) bool
-	sampling     int
-	shadow       bool
-	logger       *slog.Logger
-	timeout      time.Duration
-	errs         []error // what the options got wrong, in order
+	store       Store
+	failure     FailureMode
+	observers   []Observer
+	tally       *Tally
+	latency     func(context.Context, time.Duration)
+	denials     func(context.Context, Denial)
+	denialsGate *DenialGate
+	sampling    int
+	shadow      bool
+	logger      *slog.Logger
+	timeout     time.Duration
+	errs        []error // what the options got wrong, in order
 }
 
 // fail records an error wrapping ErrInvalidOption; NewLimiter returns them.
@@ -224,21 +224,20 @@ func WithDenials(deny func(ctx context.Context, v Denial)) Option {
 	return withDenials("WithDenials", nil, deny)
 }
 
-// WithGatedDenials is WithDenials with a gate: for each decision that
-// denied, before any Denial is made, the limiter calls ready with the
-// number of tiers that denied; when it returns false, deny is not called
-// for that decision. A recorder that cannot take more (a full queue) then
-// costs a request one call and counts what it refused itself, instead of
-// being handed Denials it would drop. ready must be safe for concurrent use
-// and quick. Neither may be nil.
-func WithGatedDenials(ready func(denied int) bool, deny func(ctx context.Context, v Denial)) Option {
-	if ready == nil {
-		return optionFunc(func(c *config) { c.fail("WithGatedDenials: ready is nil") })
+// WithGatedDenials is WithDenials with a gate: while gate is shut, a
+// denied decision makes no Denial and deny is not called; the limiter adds
+// the number of its denying tiers to gate.Dropped instead. A recorder that
+// cannot take more (a full queue) shuts its gate, and a deny flood then
+// costs a request one load and one addition, instead of Denials it would
+// drop. Neither may be nil.
+func WithGatedDenials(gate *DenialGate, deny func(ctx context.Context, v Denial)) Option {
+	if gate == nil || gate.cells == nil {
+		return optionFunc(func(c *config) { c.fail("WithGatedDenials: gate is nil or not made by NewDenialGate") })
 	}
-	return withDenials("WithGatedDenials", ready, deny)
+	return withDenials("WithGatedDenials", gate, deny)
 }
 
-func withDenials(name string, ready func(int) bool, deny func(context.Context, Denial)) Option {
+func withDenials(name string, gate *DenialGate, deny func(context.Context, Denial)) Option {
 	return optionFunc(func(c *config) {
 		switch {
 		case deny == nil:
@@ -246,7 +245,7 @@ func withDenials(name string, ready func(int) bool, deny func(context.Context, D
 		case c.denials != nil:
 			c.fail("%s: given twice (WithDenials and WithGatedDenials count as one)", name)
 		default:
-			c.denials, c.denialsReady = deny, ready
+			c.denials, c.denialsGate = deny, gate
 		}
 	})
 }
@@ -318,7 +317,7 @@ type Limiter struct {
 	observer []Observer
 	tally    *Tally                               // WithTally's, counted directly
 	denials  func(context.Context, Denial)        // WithDenials'
-	ready    func(denied int) bool                // WithGatedDenials' gate; nil: none
+	gate     *DenialGate                          // WithGatedDenials'; nil: none
 	latency  func(context.Context, time.Duration) // WithTally's, for timed decisions
 	sampling uint32                               // time one decision in sampling for the observers
 	shadow   bool                                 // every rule in shadow mode
@@ -362,7 +361,7 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 	if cfg.sampling == 0 {
 		cfg.sampling = DefaultLatencySampling
 	}
-	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observers, tally: cfg.tally, latency: cfg.latency, denials: cfg.denials, ready: cfg.denialsReady, sampling: uint32(cfg.sampling), shadow: cfg.shadow, timeout: cfg.timeout}
+	l := &Limiter{store: cfg.store, failure: cfg.failure, observer: cfg.observers, tally: cfg.tally, latency: cfg.latency, denials: cfg.denials, gate: cfg.denialsGate, sampling: uint32(cfg.sampling), shadow: cfg.shadow, timeout: cfg.timeout}
 	if cfg.logger != nil {
 		l.log = NewLogThrottle(cfg.logger, LogInterval)
 	}
@@ -1009,8 +1008,14 @@ func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64,
 		if l.log != nil {
 			l.logFailure(ctx, d, err)
 		}
-		if l.denials != nil && (!d.Allowed || d.ShadowDenied) && (l.ready == nil || l.ready(d.denyingTiers())) {
-			l.handOver(ctx, req, d)
+		if l.denials != nil && (!d.Allowed || d.ShadowDenied) {
+			// Inline: a shut gate, the common case in a deny flood, costs
+			// no call.
+			if g := l.gate; g != nil && g.shut.Load() {
+				g.Drop(d.denyingTiers())
+			} else {
+				l.handOver(ctx, req, d)
+			}
 		}
 		return err
 	}
@@ -1035,8 +1040,12 @@ func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64,
 			l.latency(ctx, latency)
 		}
 	}
-	if l.denials != nil && (!d.Allowed || d.ShadowDenied) && (l.ready == nil || l.ready(d.denyingTiers())) {
-		l.handOver(ctx, req, d)
+	if l.denials != nil && (!d.Allowed || d.ShadowDenied) {
+		if g := l.gate; g != nil && g.shut.Load() {
+			g.Drop(d.denyingTiers())
+		} else {
+			l.handOver(ctx, req, d)
+		}
 	}
 	if len(l.observer) == 0 {
 		return err
@@ -1057,10 +1066,7 @@ func (l *Limiter) run(ctx context.Context, now time.Time, req *Request, n int64,
 	return err
 }
 
-// denyingTiers returns the number of tiers that denied d. run asks the
-// gate with it before it calls handOver: inlined there, a gate refusing,
-// the common case in a deny flood, costs no call of a function with
-// handOver's frame.
+// denyingTiers returns the number of tiers that denied d.
 func (d *Decision) denyingTiers() int {
 	n := 0
 	for i := range d.NumTiers() {
@@ -1071,7 +1077,8 @@ func (d *Decision) denyingTiers() int {
 	return n
 }
 
-// handOver calls WithDenials' function for each tier of d that denied req.
+// handOver calls WithDenials' function for each tier of d that denied req
+// (run first asks the gate, if any).
 func (l *Limiter) handOver(ctx context.Context, req *Request, d *Decision) {
 	at := d.At
 	if at.IsZero() {

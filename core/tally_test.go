@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -570,37 +571,86 @@ func TestWithDenials(t *testing.T) {
 	}
 }
 
-// TestWithGatedDenials: the gate hears the number of denying tiers of each
-// denied decision, shadow tiers included, and nothing of allowed ones;
-// while it says no, deny is not called.
+// TestWithGatedDenials: while the gate is shut, a denied decision makes no
+// Denial and its denying tiers (shadow tiers included) are counted in
+// Dropped; open, they are handed over; allowed decisions touch neither.
 func TestWithGatedDenials(t *testing.T) {
-	var gates []int
-	open := true
+	gate := NewDenialGate()
 	var got []string
-	l := newTestLimiter(t, []Option{WithGatedDenials(
-		func(n int) bool { gates = append(gates, n); return open },
+	l := newTestLimiter(t, []Option{WithGatedDenials(gate,
 		func(_ context.Context, v Denial) { got = append(got, v.Rule.Name) })},
 		Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)},
 		Rule{Name: "ip", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1), Shadow: true},
 		Rule{Name: "g", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 100)})
 	ctx := context.Background()
 	req := Request{User: "alice", IP: "192.0.2.1"}
-	l.Allow(ctx, req) // allowed: no gate
+	gate.Shut()
+	l.Allow(ctx, req) // allowed: nothing counted
+	if gate.Dropped() != 0 {
+		t.Errorf("an allowed decision counted %d dropped", gate.Dropped())
+	}
+	gate.Open()
 	l.Allow(ctx, req) // u and the shadow ip deny
-	open = false
-	l.Allow(ctx, req) // gated: no denial reported
-	if !slices.Equal(gates, []int{2, 2}) || !slices.Equal(got, []string{"u", "ip"}) {
-		t.Errorf("gate heard %v, deny got %v; want [2 2] and [u ip]", gates, got)
+	gate.Shut()
+	if !gate.IsShut() {
+		t.Error("IsShut = false after Shut")
+	}
+	l.Allow(ctx, req) // held back: two tiers counted
+	gate.Drop(3)      // the owner's own
+	if !slices.Equal(got, []string{"u", "ip"}) || gate.Dropped() != 5 {
+		t.Errorf("deny got %v, Dropped %d; want [u ip] and 5", got, gate.Dropped())
 	}
 	p, _ := NewPolicy(Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
 	for _, opts := range [][]Option{
 		{WithGatedDenials(nil, func(context.Context, Denial) {})},
-		{WithGatedDenials(func(int) bool { return true }, nil)},
-		{WithDenials(func(context.Context, Denial) {}), WithGatedDenials(func(int) bool { return true }, func(context.Context, Denial) {})},
+		{WithGatedDenials(&DenialGate{}, func(context.Context, Denial) {})},
+		{WithGatedDenials(NewDenialGate(), nil)},
+		{WithDenials(func(context.Context, Denial) {}), WithGatedDenials(NewDenialGate(), func(context.Context, Denial) {})},
 	} {
 		if _, err := NewLimiter(p, opts...); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "WithGatedDenials") {
 			t.Errorf("NewLimiter error %v, want ErrInvalidOption naming WithGatedDenials", err)
 		}
+	}
+}
+
+// TestDenialGateConcurrent: Drop from many goroutines at once loses no
+// count, and a gate shut and opened meanwhile never loses a denial: each
+// is handed over or counted.
+func TestDenialGateConcurrent(t *testing.T) {
+	gate := NewDenialGate()
+	var handed atomic.Int64
+	l := newTestLimiter(t, []Option{WithGatedDenials(gate, func(context.Context, Denial) { handed.Add(1) })},
+		Rule{Name: "u", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+	ctx := context.Background()
+	const goroutines, each = 8, 2000
+	for g := range goroutines {
+		l.Allow(ctx, Request{User: fmt.Sprint("user-", g)}) // the one allowed
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				gate.Shut()
+				runtime.Gosched()
+				gate.Open()
+			}
+		}
+	}()
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				l.Allow(ctx, Request{User: fmt.Sprint("user-", g)})
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if got := handed.Load() + gate.Dropped(); got != goroutines*each {
+		t.Errorf("handed over %d + dropped %d = %d, want %d denials", handed.Load(), gate.Dropped(), got, goroutines*each)
 	}
 }
 

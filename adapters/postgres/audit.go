@@ -297,7 +297,7 @@ type Audit struct {
 
 	received    atomic.Int64 // rows the writer took off the queue
 	written     atomic.Int64
-	dropped     drops
+	gate        *core.DenialGate // shut while the queue is full; counts the drops
 	thinned     atomic.Int64
 	failed      atomic.Int64
 	writeErrors atomic.Int64
@@ -337,16 +337,16 @@ func NewAudit(pool *pgxpool.Pool, opts ...AuditOption) (*Audit, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Audit{
-		pool:    pool,
-		cfg:     c,
-		log:     core.NewLogThrottle(c.logger, core.LogInterval),
-		queue:   make(chan violation, c.queueSize),
-		dropped: newDrops(),
-		wake:    make(chan struct{}, 1),
-		seed:    maphash.MakeSeed(),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		cancel:  cancel,
+		pool:   pool,
+		cfg:    c,
+		log:    core.NewLogThrottle(c.logger, core.LogInterval),
+		queue:  make(chan violation, c.queueSize),
+		gate:   core.NewDenialGate(),
+		wake:   make(chan struct{}, 1),
+		seed:   maphash.MakeSeed(),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		cancel: cancel,
 	}
 	if c.perBucket > 0 {
 		a.slots = make([]atomic.Uint64, slotCount)
@@ -363,22 +363,23 @@ func NewAudit(pool *pgxpool.Pool, opts ...AuditOption) (*Audit, error) {
 // It is the cheapest way to feed the Audit: the limiter hands each denial
 // over as a value, with no copy of the decision, and a decision no tier
 // denies costs nothing. While the queue is full (a deny flood) or the Audit
-// closed, a denied decision's rows are dropped and counted before the
-// limiter makes them, for the cost of one call; otherwise each row is
-// thinned (sampling, WithPerBucketInterval), enqueued or, if the queue
-// filled meanwhile, dropped and counted. Nothing blocks or allocates. A
-// limiter takes one Audit this way; Observe records from an Observer.
-func (a *Audit) Option() core.Option { return core.WithGatedDenials(a.ready, a.deny) }
+// closed, the Audit keeps its core.DenialGate shut: a denied decision's
+// rows are counted as dropped before the limiter makes them, for the cost
+// of one load and one addition; otherwise each row is thinned (sampling,
+// WithPerBucketInterval), enqueued or, if the queue filled meanwhile,
+// dropped and counted. Nothing blocks or allocates. A limiter takes one
+// Audit this way; Observe records from an Observer.
+func (a *Audit) Option() core.Option { return core.WithGatedDenials(a.gate, a.deny) }
 
-// ready is Option's gate: a decision's rows, when the queue is full or the
-// Audit closed, are dropped and counted at once, before the limiter makes
-// them.
-func (a *Audit) ready(rows int) bool {
-	if a.closed.Load() || len(a.queue) == cap(a.queue) {
-		a.dropped.Add(int64(rows))
-		return false
+// full shuts the gate: the queue was full when a row did not fit or after
+// one did. Checked again after: if the writer took rows meanwhile, before
+// the gate was shut, it opened it before, and the gate is opened again
+// here, so that it never stays shut over room in the queue.
+func (a *Audit) full() {
+	a.gate.Shut()
+	if !a.closed.Load() && len(a.queue) < cap(a.queue) {
+		a.gate.Open()
 	}
-	return true
 }
 
 func (a *Audit) deny(_ context.Context, v core.Denial) {
@@ -424,15 +425,20 @@ func (a *Audit) offer(rule *core.Rule, id, user, ip, endpoint string, at, remain
 	// len of a channel takes no lock: a full queue, the common case in a
 	// flood, costs one load.
 	if a.closed.Load() || len(a.queue) == cap(a.queue) {
-		a.dropped.Add(1)
+		a.gate.Drop(1)
+		a.full()
 		return
 	}
 	v := violation{rule: rule.Name, plan: rule.Plan, identity: id, user: user, ip: ip, endpoint: endpoint, at: at, remaining: remaining, shadow: shadow}
 	select {
 	case a.queue <- v:
 	default:
-		a.dropped.Add(1)
+		a.gate.Drop(1)
+		a.full()
 		return
+	}
+	if len(a.queue) == cap(a.queue) {
+		a.full()
 	}
 	if (!a.armed.Load() && a.armed.CompareAndSwap(false, true)) || len(a.queue) >= a.cfg.batchSize {
 		select {
@@ -480,7 +486,7 @@ func (a *Audit) Stats() AuditStats {
 	return AuditStats{
 		Enqueued:    a.received.Load() + depth,
 		Written:     a.written.Load(),
-		Dropped:     a.dropped.Load(),
+		Dropped:     a.gate.Dropped(),
 		Thinned:     a.thinned.Load(),
 		Failed:      a.failed.Load(),
 		WriteErrors: a.writeErrors.Load(),
@@ -514,6 +520,7 @@ func (a *Audit) CollectMetrics(emit func(core.Metric)) {
 func (a *Audit) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		a.closed.Store(true)
+		a.gate.Shut()
 		close(a.stop)
 	})
 	select {
@@ -575,6 +582,9 @@ func (w *auditWriter) fill(ctx context.Context, all bool) {
 	for n := len(w.a.queue); n > 0; n-- {
 		w.batch = append(w.batch, <-w.a.queue)
 		w.a.received.Add(1)
+		if !w.a.closed.Load() {
+			w.a.gate.Open() // room for a row again
+		}
 		if len(w.batch) >= w.a.cfg.batchSize {
 			w.pace(w.flush(ctx))
 		}
@@ -652,7 +662,7 @@ func (w *auditWriter) reportDrops(ctx context.Context) {
 	if w.a.log == nil {
 		return
 	}
-	n := w.a.dropped.Load()
+	n := w.a.gate.Dropped()
 	if n == w.droppedSeen {
 		return
 	}
