@@ -287,6 +287,7 @@ func (b *Builder) SetMinTTL(d time.Duration) {
 // Reset starts a new call at time now (NowArg) in mode (ModeTake,
 // ModeTakeUndo or ModeRefund).
 func (b *Builder) Reset(now, mode string) {
+	clear(b.args)
 	clear(b.Keys)
 	clear(b.limits)
 	clear(b.undo)

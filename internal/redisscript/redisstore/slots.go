@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
@@ -27,6 +28,79 @@ type group struct {
 	refunded   bool
 }
 
+// slotTake is what takeSlots works with, pooled: its groups keep their
+// slices, builders and channels from one take to the next, so that a take
+// over several slots allocates little beyond its calls' arguments. Nothing
+// refers to a group once takeSlots returns: every call it queued has been
+// answered or withdrawn, and calls still running after a failure run on
+// copies (see Store.eval).
+type slotTake struct {
+	groups []*group    // the take's, in order of their first bucket
+	made   []*group    // every group made so far, groups first
+	admits []admission // the nodes whose breaker admitted the take
+}
+
+// admission is a node whose breaker admitted a take, and whether as its
+// probe.
+type admission struct {
+	dm    *domain
+	probe bool
+}
+
+var slotTakes = sync.Pool{New: func() any { return new(slotTake) }}
+
+// group returns the take's group of slot, starting it if new. A take has
+// few slots (one per tier at most): a scan finds them.
+func (st *slotTake) group(slot int) *group {
+	for _, g := range st.groups {
+		if g.slot == slot {
+			return g
+		}
+	}
+	var g *group
+	if n := len(st.groups); n < len(st.made) {
+		g = st.made[n]
+	} else {
+		g = new(group)
+		st.made = append(st.made, g)
+	}
+	g.reset(slot)
+	st.groups = append(st.groups, g)
+	return g
+}
+
+// admitted reports whether dm's breaker has admitted the take already.
+func (st *slotTake) admitted(dm *domain) bool {
+	for _, a := range st.admits {
+		if a.dm == dm {
+			return true
+		}
+	}
+	return false
+}
+
+// release returns st to the pool, keeping nothing of the take alive.
+func (st *slotTake) release() {
+	for _, g := range st.groups {
+		g.reset(0)
+	}
+	clear(st.admits)
+	st.groups, st.admits = st.groups[:0], st.admits[:0]
+	slotTakes.Put(st)
+}
+
+// reset makes g the empty group of slot, keeping its slices' room, its
+// builder's buffers and its call's channel.
+func (g *group) reset(slot int) {
+	clear(g.call.Buckets) // the limits and strings they point to
+	clear(g.call.Keys)
+	buckets, keys, states, idx := g.call.Buckets[:0], g.call.Keys[:0], g.call.States[:0], g.idx[:0]
+	g.call.Reset()
+	g.call.Buckets, g.call.Keys, g.call.States = buckets, keys, states
+	g.b.Reset("", "")
+	*g = group{slot: slot, idx: idx, call: g.call, b: g.b}
+}
+
 // takeSlots decides a take whose buckets lie in several hash slots: one
 // script call per slot, all in one round trip. If a slot denies or fails
 // while others consumed, those are given back in a second round trip: each
@@ -36,30 +110,24 @@ type group struct {
 func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *core.Take) error {
 	ctx, cancel := context.WithTimeout(caller, s.timeout)
 	defer cancel()
-	var groups []*group
-	bySlot := map[int]*group{}
+	st := slotTakes.Get().(*slotTake)
+	defer st.release()
 	for i, k := range keys {
-		slot := redisscript.Slot(k)
-		g := bySlot[slot]
-		if g == nil {
-			g = &group{slot: slot}
-			bySlot[slot] = g
-			groups = append(groups, g)
-		}
+		g := st.group(redisscript.Slot(k))
 		g.idx = append(g.idx, i)
 		g.call.Buckets = append(g.call.Buckets, t.Buckets[i])
 		g.call.Keys = append(g.call.Keys, k)
 	}
+	groups := st.groups
 	// Each node's breaker first: the buckets of nodes it refuses are not
 	// sent, nor the others, which the limiter may then decide alone.
-	admitted := map[*domain]bool{} // node -> whether it probes
 	var (
 		refused []int
 		open    error
 	)
 	for _, g := range groups {
 		g.dm = s.domains.of(g.slot)
-		if _, ok := admitted[g.dm]; ok {
+		if st.admitted(g.dm) {
 			continue
 		}
 		probe, o := g.dm.br.Admit()
@@ -68,13 +136,13 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *
 			refused = append(refused, g.idx...)
 			continue
 		}
-		admitted[g.dm] = probe
+		st.admits = append(st.admits, admission{g.dm, probe})
 	}
 	if open != nil {
 		s.n.refused.Add(1)
-		for dm, probe := range admitted {
-			if probe {
-				dm.br.Abandon()
+		for _, a := range st.admits {
+			if a.probe {
+				a.dm.br.Abandon()
 			}
 		}
 		if len(refused) == len(keys) {
@@ -85,12 +153,13 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *
 	}
 	for _, g := range groups {
 		g.call.Cost = t.Cost
-		g.call.States = make([]core.BucketState, len(g.idx))
+		g.call.States = slices.Grow(g.call.States[:0], len(g.idx))[:len(g.idx)]
+		clear(g.call.States)
 	}
 	sent := time.Now()
 	err := s.sendGroups(ctx, now, groups)
 	recv := time.Now()
-	s.settleGroups(caller, groups, admitted)
+	s.settleGroups(caller, groups, st.admits)
 	all := err == nil
 	for _, g := range groups {
 		g.sent, g.recv = sent, recv
@@ -216,15 +285,16 @@ func (s *Store) sendGroups(ctx context.Context, now string, groups []*group) err
 
 // settleGroups tells each node's breaker how its groups' calls went: a
 // failure if any failed. Nothing when the caller gave up.
-func (s *Store) settleGroups(ctx context.Context, groups []*group, admitted map[*domain]bool) {
-	failed := map[*domain]error{}
-	for _, g := range groups {
-		if g.err != nil && failed[g.dm] == nil {
-			failed[g.dm] = g.err
+func (s *Store) settleGroups(ctx context.Context, groups []*group, admitted []admission) {
+	for _, a := range admitted {
+		var failed error // the first failure of a call to the node
+		for _, g := range groups {
+			if g.dm == a.dm && g.err != nil {
+				failed = g.err
+				break
+			}
 		}
-	}
-	for dm, probe := range admitted {
-		s.settle(ctx, dm, probe, true, failed[dm])
+		s.settle(ctx, a.dm, a.probe, true, failed)
 	}
 }
 
