@@ -181,17 +181,32 @@ local function fast()
           r = fmod(ns, 1000)
           if r > 0 then ttl = ttl + 1000 - r end
           rem, reset, nx = (left - fmod(left, interval)) / interval, d, true
-          bs[i], bns[i], bttl[i] = s, ns, ttl
+          if m == 1 then
+            -- Alone, it decides its request: written at once.
+            kalg[k], ks[k], kns[k], kspan[k] = alg, s, ns, tau
+            if not kttl[k] then
+              nord = nord + 1
+              order[nord] = k
+            end
+            kttl[k] = ttl
+          else
+            bs[i], bns[i], bttl[i] = s, ns, ttl
+          end
         else
           if alg == 2 then wait = wait - ld[j] end
           reason, w, allowed = 1, wait, false
         end
       end
-      bk[i], bj[i], bnext[i], broom[i], braw[i] = k, j, nx, roompos, raw
+      if m > 1 then
+        bk[i], bj[i], bnext[i], broom[i], braw[i] = k, j, nx, roompos, raw
+      end
       out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, w
       nout = nout + 4
     end
-    if allowed then
+    if m == 1 then
+      -- Decided and written above; a denial has no allowing bucket to
+      -- report.
+    elseif allowed then
       for i = 1, m do
         if bnext[i] then
           local k, j = bk[i], bj[i]
