@@ -679,8 +679,7 @@ const (
 )
 
 // flush writes the batch, retrying with backoff within WithRetryTimeout,
-// and empties it.
-// flush writes the batch and returns its size.
+// empties it and returns the number of rows it held (for pace).
 func (w *auditWriter) flush(ctx context.Context) (rows int) {
 	if len(w.batch) == 0 {
 		return 0
