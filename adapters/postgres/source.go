@@ -330,6 +330,8 @@ func NewSource(ctx context.Context, pool *pgxpool.Pool, l *core.Limiter, opts ..
 	first, err := s.connectListener(ctx)
 	if err != nil {
 		s.failed("listen", err)
+	} else {
+		s.setListening(true) // in Stats as NewSource returns, not once listenLoop runs
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { s.reloadLoop(bg) })
@@ -440,7 +442,7 @@ func (s *Source) reload() {
 // listenLoop keeps a connection listening on Channel and asks for a
 // reload on every notification and on every new connection (changes may
 // have been missed while there was none). conn is the first connection,
-// nil if NewSource could not make one.
+// have been missed while there was none). conn is the first connection,
 func (s *Source) listenLoop(ctx context.Context, conn *pgx.Conn) {
 	defer func() {
 		if conn != nil {
@@ -449,9 +451,6 @@ func (s *Source) listenLoop(ctx context.Context, conn *pgx.Conn) {
 		s.setListening(false)
 	}()
 	backoff := s.cfg.minBackoff
-	if conn != nil {
-		s.setListening(true)
-	}
 	for {
 		if conn == nil {
 			var err error
