@@ -65,10 +65,10 @@ func BenchmarkAuditOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	variants := []overheadVariant{
-		{"base", benchLimiter(b, rule, core.WithStore(mem))},
-		{"audit", benchLimiter(b, rule, core.WithStore(mem), a.Option())},
-		{"observer", benchLimiter(b, rule, core.WithStore(mem), core.WithObserver(a.Observe))},
-		{"control", benchLimiter(b, rule, core.WithStore(mem))},
+		{"base", newLimiter(b, []core.Rule{rule}, core.WithStore(mem))},
+		{"audit", newLimiter(b, []core.Rule{rule}, core.WithStore(mem), a.Option())},
+		{"observer", newLimiter(b, []core.Rule{rule}, core.WithStore(mem), core.WithObserver(a.Observe))},
+		{"control", newLimiter(b, []core.Rule{rule}, core.WithStore(mem))},
 	}
 	const users = 1000
 	reqs := make([]core.Request, users)
@@ -174,39 +174,6 @@ func newDiscardWriter() *discardWriter { return &discardWriter{h: http.Header{}}
 func (d *discardWriter) Header() http.Header         { return d.h }
 func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discardWriter) WriteHeader(code int)        { d.code = code }
-
-// benchLimiter makes a limiter of rule with opts.
-func benchLimiter(tb testing.TB, rule core.Rule, opts ...core.Option) *core.Limiter {
-	tb.Helper()
-	p, err := core.NewPolicy(rule)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l, err := core.NewLimiter(p, opts...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return l
-}
-
-// newObserved makes a limiter on its own memory store with observer o,
-// none if o is nil.
-func newObserved(tb testing.TB, o core.Observer, rules ...core.Rule) *core.Limiter {
-	tb.Helper()
-	p, err := core.NewPolicy(rules...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var opts []core.Option
-	if o != nil {
-		opts = append(opts, core.WithObserver(o))
-	}
-	l, err := core.NewLimiter(p, opts...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return l
-}
 
 // denyChunk runs do n times on each of par goroutines, each with a
 // writer of its own, and returns the wall time per request in ns.

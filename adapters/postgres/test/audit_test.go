@@ -42,16 +42,23 @@ func closeAudit(t testing.TB, a *pglimit.Audit) {
 // Option, none if a is nil.
 func auditedLimiter(t testing.TB, a *pglimit.Audit, rules ...core.Rule) *core.Limiter {
 	t.Helper()
-	if a == nil {
-		return newObserved(t, nil, rules...)
+	var opts []core.Option
+	if a != nil {
+		opts = append(opts, a.Option())
 	}
+	return newLimiter(t, rules, opts...)
+}
+
+// newLimiter makes a limiter of rules with opts.
+func newLimiter(tb testing.TB, rules []core.Rule, opts ...core.Option) *core.Limiter {
+	tb.Helper()
 	p, err := core.NewPolicy(rules...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	l, err := core.NewLimiter(p, a.Option())
+	l, err := core.NewLimiter(p, opts...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return l
 }

@@ -39,19 +39,6 @@ func exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 	}
 }
 
-func newLimiter(t testing.TB) *core.Limiter {
-	t.Helper()
-	p, err := core.NewPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := core.NewLimiter(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // newSource starts a source, closed at the end of the test.
 func newSource(t testing.TB, pool *pgxpool.Pool, l *core.Limiter, opts ...pglimit.Option) *pglimit.Source {
 	t.Helper()
@@ -221,7 +208,7 @@ func TestMigrateUpgradesSeedTables(t *testing.T) {
 		t.Fatalf("user_id after the upgrade = %q, %v; want the text \"42\"", user, err)
 	}
 	exec(t, pool, "INSERT INTO RateLimitRule (key_pattern, scope, burst_capacity, algorithm, window_length) VALUES ('ip:{ip}', 'ip', 10, 'fixed_window', '1 minute')")
-	s := newSource(t, pool, newLimiter(t), freePlan)
+	s := newSource(t, pool, newLimiter(t, nil), freePlan)
 	if got := s.Stats().Rules; got != 5 {
 		t.Errorf("Stats().Rules = %d, want the 4 seed rows and the window rule", got)
 	}
@@ -239,7 +226,7 @@ func TestLoadAtStart(t *testing.T) {
 		('sliding', 'endpoint:{endpoint}', 'endpoint', 'sliding_window', NULL, NULL, NULL, 10, '10 s', NULL, '{"GET /search", "POST"}', true, true, NULL),
 		('log', 'user:{u}', 'user', 'sliding_log', NULL, NULL, NULL, 5, '1 s', NULL, '{}', false, false, 'pro')`)
 	rec := &recorder{}
-	l := newLimiter(t)
+	l := newLimiter(t, nil)
 	s := newSource(t, pool, l, freePlan, pglimit.WithLogger(slog.New(rec)))
 	p := l.Policy()
 	if got := len(p.Rules()); got != 9 {
@@ -365,7 +352,7 @@ func TestBadRowsAtStart(t *testing.T) {
 			// One at a time on the shared table.
 			defer conn.Release()
 			exec(t, pool, "TRUNCATE RateLimitRule CASCADE; "+good+tc.rows)
-			s, err := pglimit.NewSource(context.Background(), pool, newLimiter(t), tc.opts...)
+			s, err := pglimit.NewSource(context.Background(), pool, newLimiter(t, nil), tc.opts...)
 			if err == nil {
 				s.Close()
 				t.Fatalf("NewSource = nil error, want one about %s", tc.name)
@@ -396,7 +383,7 @@ func TestBadRowsAtStart(t *testing.T) {
 		exec(t, pool, `TRUNCATE RateLimitRule CASCADE;
 			INSERT INTO RateLimitRule (key_pattern, scope, rate_per_second, burst_capacity) VALUES
 			('ip:{ip}', 'ip', 1, 0), ('user:{id}', 'user', -1, 1), ('global', 'global', 1, 1)`)
-		_, err := pglimit.NewSource(context.Background(), pool, newLimiter(t))
+		_, err := pglimit.NewSource(context.Background(), pool, newLimiter(t, nil))
 		if err == nil || strings.Count(err.Error(), "pglimit: RateLimitRule rule_id") != 2 ||
 			!errors.Is(err, core.ErrInvalidBurst) || !errors.Is(err, core.ErrInvalidRate) {
 			t.Fatalf("NewSource with two bad rows: %v; want both named", err)
@@ -459,7 +446,7 @@ func TestUpdateChangesLivePolicy(t *testing.T) {
 	t.Parallel()
 	pool, _ := newDB(t)
 	exec(t, pool, "INSERT INTO RateLimitRule (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 1000000, 1000000)")
-	l := newLimiter(t)
+	l := newLimiter(t, nil)
 	s := newSource(t, pool, l)
 	var lat []time.Duration
 	for i := range 5 {
@@ -484,7 +471,7 @@ func TestBadRowKeepsPolicy(t *testing.T) {
 	pool, _ := newDB(t)
 	exec(t, pool, seedRules)
 	rec := &recorder{}
-	l := newLimiter(t)
+	l := newLimiter(t, nil)
 	s := newSource(t, pool, l, freePlan, pglimit.WithLogger(slog.New(rec)))
 	good := l.Policy()
 
@@ -551,7 +538,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	srv, pool := startStoppable(t)
 	srv.Stop()
 
-	l := newLimiter(t)
+	l := newLimiter(t, nil)
 	before := l.Policy()
 	_, err := pglimit.NewSource(context.Background(), pool, l, freePlan)
 	if err == nil || !strings.HasPrefix(err.Error(), "pglimit: loading RateLimitRule: ") {
@@ -585,7 +572,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 
 	// A fallback file that fails too: both errors.
 	srv.Stop()
-	_, err = pglimit.NewSource(context.Background(), pool, newLimiter(t), pglimit.WithFallbackFile(filepath.Join(t.TempDir(), "missing.yaml")))
+	_, err = pglimit.NewSource(context.Background(), pool, newLimiter(t, nil), pglimit.WithFallbackFile(filepath.Join(t.TempDir(), "missing.yaml")))
 	if err == nil || !strings.Contains(err.Error(), "pglimit: loading RateLimitRule") || !strings.Contains(err.Error(), "pglimit: WithFallbackFile: ") {
 		t.Errorf("NewSource with the database down and no file = %v, want both errors", err)
 	}
@@ -599,7 +586,7 @@ func TestDatabaseRestarted(t *testing.T) {
 	srv, pool := startStoppable(t)
 	exec(t, pool, "UPDATE RateLimitRule SET burst_capacity = 1 WHERE key_pattern = 'global'")
 	rec := &recorder{}
-	l := newLimiter(t)
+	l := newLimiter(t, nil)
 	// The default interval, 30s: only the listener can make the source
 	// reload within this test.
 	s := newSource(t, pool, l, freePlan, pglimit.WithLogger(slog.New(rec)),
@@ -666,7 +653,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	}{{"listening", false}, {"reconnecting", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, pool := startStoppable(t)
-			s, err := pglimit.NewSource(context.Background(), pool, newLimiter(t), freePlan,
+			s, err := pglimit.NewSource(context.Background(), pool, newLimiter(t, nil), freePlan,
 				pglimit.WithInterval(10*time.Millisecond), pglimit.WithReconnectBackoff(10*time.Millisecond, 10*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
