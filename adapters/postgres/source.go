@@ -442,7 +442,7 @@ func (s *Source) reload() {
 // listenLoop keeps a connection listening on Channel and asks for a
 // reload on every notification and on every new connection (changes may
 // have been missed while there was none). conn is the first connection,
-// have been missed while there was none). conn is the first connection,
+// which NewSource made and reported listening; nil if it could not make one.
 func (s *Source) listenLoop(ctx context.Context, conn *pgx.Conn) {
 	defer func() {
 		if conn != nil {
