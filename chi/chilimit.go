@@ -139,7 +139,8 @@ func (h routerHandler) Find(rctx *chi.Context, method, path string) string {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	prev := flow.MarkFrom(r.Context())
-	if res, ok := m.engine.Seen(prev); ok {
+	var res flow.Result
+	if m.engine.Seen(prev, &res) {
 		h.answer(w, r, &res, r)
 		return
 	}
@@ -152,11 +153,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pattern, known := m.routes.route(r, h.routes)
 	came := marked.Pattern
 	marked.Pattern = pattern
-	var res flow.Result
 	if known {
-		res = m.engine.Check(request{marked})
+		m.engine.Check(request{marked}, &res)
 	} else {
-		res = m.engine.Check(unrouted{request{marked}})
+		m.engine.Check(unrouted{request{marked}}, &res)
 	}
 	marked.Pattern = came
 	h.answer(w, r, &res, marked)

@@ -18,7 +18,9 @@
 // rules must allow the request, and a request denied by any tier consumes
 // nothing from any tier. The Decision names the deciding tier: the denying
 // one with the longest RetryAfter or, when allowed, the one with the least
-// Remaining.
+// Remaining. Limiter.Decide makes the same decision as AllowN into a
+// Decision the caller keeps (a middleware's, a hot loop's), without the
+// copy a returned Decision costs.
 //
 // Limiter.SetPolicy replaces the policy without a restart. A middleware
 // built on a Limiter registers a check with AddPolicyCheck, so that a policy

@@ -55,6 +55,9 @@ var (
 	// no plan and the policy has no default. It wraps ErrInvalidKey: the
 	// middlewares answer it as a key error, 400.
 	ErrUnknownPlan = fmt.Errorf("%w: unknown plan", ErrInvalidKey)
+	// ErrNilArgument: a method was given a nil pointer where it reads or
+	// writes a value (Decide's request or decision).
+	ErrNilArgument = errors.New("ratelimit: nil argument")
 )
 
 // Outcome errors.

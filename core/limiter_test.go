@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -586,4 +587,68 @@ func TestMemoryStoreMetrics(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) || st.Evictions == 0 || st.Keys == 0 {
 		t.Errorf("CollectMetrics = %v, want %v with keys and evictions", got, want)
 	}
+}
+
+// TestDecide: Decide decides as AllowN does, on two limiters with the same
+// rules and clock, overwriting whatever the decision held, and refuses nil
+// arguments.
+func TestDecide(t *testing.T) {
+	rules := []Rule{
+		{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 3)},
+		{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(2), 2)},
+	}
+	clock := NewManualClock(t0)
+	limiter := func() *Limiter {
+		s, err := NewMemoryStore(WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newTestLimiter(t, []Option{WithStore(s)}, rules...)
+	}
+	a, b := limiter(), limiter()
+	ctx := context.Background()
+	reqs := []Request{{User: "u", Endpoint: "/x"}, {User: "u"}, {Endpoint: "/x"}, {}, {User: "v", Endpoint: "/x"}}
+	var d Decision
+	for i := range 40 {
+		req := reqs[i%len(reqs)]
+		n := int64(i % 3)
+		want, werr := a.AllowN(ctx, req, n)
+		gerr := b.Decide(ctx, &req, n, &d)
+		if (werr == nil) != (gerr == nil) || !sameDecision(&d, &want) {
+			t.Fatalf("request %d: Decide = %+v, %v; AllowN = %+v, %v", i, d, gerr, want, werr)
+		}
+		if i%4 == 3 {
+			clock.Advance(300 * time.Millisecond)
+		}
+	}
+	req := Request{User: "u"}
+	d = Decision{Allowed: true, Rule: "stale"}
+	if err := b.Decide(ctx, nil, 1, &d); !errors.Is(err, ErrNilArgument) || d.Allowed || d.Rule != "" {
+		t.Errorf("Decide(nil request) = %v, %+v; want ErrNilArgument and a zero decision", err, d)
+	}
+	if err := b.Decide(ctx, &req, 1, nil); !errors.Is(err, ErrNilArgument) {
+		t.Errorf("Decide(nil decision) = %v, want ErrNilArgument", err)
+	}
+	var zero Limiter
+	if err := zero.Decide(ctx, &req, 1, &d); !errors.Is(err, ErrNotConstructed) {
+		t.Errorf("Decide on a zero Limiter = %v, want ErrNotConstructed", err)
+	}
+}
+
+// sameDecision reports whether a and b, perhaps from two limiters of the
+// same rules, say the same: summary fields, and every tier's rule, limit
+// and state.
+func sameDecision(a, b *Decision) bool {
+	as, bs := *a, *b
+	as.tiers, bs.tiers, as.more, bs.more = [maxInlineTiers]tierRec{}, [maxInlineTiers]tierRec{}, nil, nil
+	if !reflect.DeepEqual(as, bs) || a.NumTiers() != b.NumTiers() {
+		return false
+	}
+	for i := range a.NumTiers() {
+		ta, tb := a.TierAt(i), b.TierAt(i)
+		if ta.Rule.Name != tb.Rule.Name || *ta.limit() != *tb.limit() || ta.BucketState != tb.BucketState || ta.Shadow != tb.Shadow {
+			return false
+		}
+	}
+	return true
 }

@@ -167,6 +167,10 @@ type Policy struct {
 
 	shadow bool // some rule is in shadow mode
 	leased bool // some rule has a Lease
+	// plain: no rule is disabled or has a plan, routes, a When predicate
+	// or a Lookup, so a rule applies to every request that has an identity
+	// in its scope, under the rule's own limit (resolve's short path).
+	plain bool
 }
 
 // Plans says which plan a request whose plan is empty or unknown gets. The
@@ -265,6 +269,9 @@ func NewPlanPolicy(plans Plans, rules ...Rule) (*Policy, error) {
 		return nil, err
 	}
 	p.index()
+	p.plain = len(p.known) == 0 && !slices.ContainsFunc(p.rules, func(r Rule) bool {
+		return r.Disabled || r.Plan != "" || len(r.Routes) > 0 || r.When != nil || r.Lookup != nil
+	})
 	return p, nil
 }
 

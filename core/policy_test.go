@@ -1,8 +1,11 @@
 package core
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +166,59 @@ func TestRequestIdentity(t *testing.T) {
 	} {
 		if got := req.Identity(scope); got != want {
 			t.Errorf("Identity(%q) = %q, want %q", scope, got, want)
+		}
+	}
+}
+
+// TestPlainPolicyResolve: a policy of plain rules (resolve's short path)
+// decides as the same rules do on the general path (here forced by a When
+// predicate that always holds, on a rule that never applies), request by
+// request, invalid identities included.
+func TestPlainPolicyResolve(t *testing.T) {
+	rules := []Rule{
+		{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 3)},
+		{Name: "per-ip", Scope: ScopeIP, Limit: TokenBucket(PerSecond(2), 4)},
+		{Name: "tenant", Scope: Dimension("tenant"), Limit: TokenBucket(PerSecond(1), 2)},
+		{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(10), 20)},
+	}
+	plain, err := NewPolicy(rules...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := Rule{Name: "never", Scope: Dimension("none"), Limit: TokenBucket(PerSecond(1), 1), When: func(*Request) bool { return true }}
+	general, err := NewPolicy(append(slices.Clone(rules), never)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !plain.plain || general.plain {
+		t.Fatalf("plain = %v and %v, want true and false", plain.plain, general.plain)
+	}
+	a, b := newTestLimiter(t, nil), newTestLimiter(t, nil)
+	if err := a.SetPolicy(plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPolicy(general); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	reqs := []Request{
+		{User: "u", IP: "192.0.2.1"},
+		{IP: "192.0.2.1", Dims: []Dim{{Name: "tenant", Value: "t1"}}},
+		{User: "u"},
+		{},
+		{User: "bad\nkey"},
+		{User: "u", Dims: []Dim{{Name: "tenant", Value: strings.Repeat("x", MaxKeyLen+1)}}},
+	}
+	for i := range 60 {
+		req := reqs[i%len(reqs)]
+		now := t0.Add(time.Duration(i) * 150 * time.Millisecond)
+		da, erra := a.AllowAt(ctx, now, req, 1)
+		db, errb := b.AllowAt(ctx, now, req, 1)
+		if fmt.Sprint(erra) != fmt.Sprint(errb) || !sameDecision(&da, &db) {
+			t.Fatalf("request %d %+v: plain %+v, %v; general %+v, %v", i, req, da, erra, db, errb)
+		}
+		if i%len(reqs) >= 4 && erra == nil {
+			t.Fatalf("request %d: invalid identity accepted", i)
 		}
 	}
 }

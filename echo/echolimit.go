@@ -85,14 +85,14 @@ func (m *middleware) wrap(next echo.HandlerFunc) echo.HandlerFunc {
 func (m *middleware) handle(c echo.Context, next echo.HandlerFunc) error {
 	var res flow.Result
 	mark, _ := c.Get(flow.MarkName).(*flow.Mark)
-	if again, ok := m.engine.Seen(mark); ok {
-		res = again
-	} else if c.Request() == nil {
+	switch {
+	case m.engine.Seen(mark, &res):
+	case c.Request() == nil:
 		res = flow.Result{Outcome: flow.Failed, Err: errNoRequest}
-	} else {
+	default:
 		v := m.views.Get().(*request)
 		v.c, v.routes = c, &m.routes
-		res = m.engine.Check(v)
+		m.engine.Check(v, &res)
 		*v = request{}
 		m.views.Put(v)
 		if res.Outcome == flow.Proceed || res.Outcome == flow.Skipped {

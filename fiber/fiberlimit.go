@@ -88,17 +88,18 @@ func New(limiter *core.Limiter, opts ...Option) (fiber.Handler, error) {
 // request to request, so setting them allocates nothing.
 func (m *middleware) handle(c *fiber.Ctx) error {
 	mark, _ := c.Locals(flow.MarkName).(*flow.Mark)
-	res, again := m.engine.Seen(mark)
+	var res flow.Result
+	again := m.engine.Seen(mark, &res)
 	if !again {
 		if rt := c.Route(); isUse(rt) {
 			v := usePool.Get().(*useView)
 			v.request = request{c}
 			v.route, v.known = resolve(c, rt)
-			res = m.engine.Check(v)
+			m.engine.Check(v, &res)
 			*v = useView{}
 			usePool.Put(v)
 		} else {
-			res = m.engine.Check(request{c})
+			m.engine.Check(request{c}, &res)
 		}
 		if res.Outcome == flow.Proceed || res.Outcome == flow.Skipped {
 			c.Locals(flow.MarkName, m.engine.Mark(mark))

@@ -5,7 +5,8 @@
 //
 // An adapter builds one Engine with New from the caller's Options, and for
 // each request passes its framework-neutral view (a keyfuncs.Request) to
-// Check. The Result's Outcome is all the adapter switches on:
+// Check, with a Result of its own (on its stack) that Check writes. The
+// Result's Outcome is all the adapter switches on:
 //
 //	Proceed      write the header fields (Headers), call the next handler
 //	Skipped      call the next handler, no header fields

@@ -278,20 +278,21 @@ type Result struct {
 	Err error
 }
 
-// Check decides r: skip, keys, plan and cost, the limiter, and a shaping
-// delay, which it waits out (ClientGone when the request's context ends
-// first). It never panics on a request: a key function's error or an
-// invalid key or cost is a Result with Err.
+// Check decides r into res, which it overwrites whole: skip, keys, plan
+// and cost, the limiter, and a shaping delay, which it waits out
+// (ClientGone when the request's context ends first). It never panics on a
+// request: a key function's error or an invalid key or cost is a Result
+// with Err. Writing into the caller's Result, rather than returning one,
+// spares each request the copies of a Result and its Decision.
 //
 // A request that fails (BadInput or Failed) is logged through the
 // limiter's logger (core.WithLogger), throttled per kind of failure,
 // whatever the error handler does with it; nothing when no logger is set.
-func (e *Engine) Check(r keyfuncs.Request) Result {
-	res := e.check(r)
+func (e *Engine) Check(r keyfuncs.Request, res *Result) {
+	e.check(r, res)
 	if res.Err != nil && (res.Outcome == BadInput || res.Outcome == Failed) {
-		e.logFailure(r, &res)
+		e.logFailure(r, res)
 	}
-	return res
 }
 
 // logFailure logs a request that could not be decided, if the limiter has
@@ -312,9 +313,10 @@ func (e *Engine) logFailure(r keyfuncs.Request, res *Result) {
 		slog.String("method", r.Method()), slog.String("route", r.Route()), slog.String("error", res.Err.Error()))
 }
 
-func (e *Engine) check(r keyfuncs.Request) Result {
+func (e *Engine) check(r keyfuncs.Request, res *Result) {
 	if e.skip != nil && e.skip(r) {
-		return Result{Outcome: Skipped}
+		*res = Result{Outcome: Skipped}
+		return
 	}
 	req := core.Request{Method: r.Method(), Route: r.Route(), View: r}
 	if req.Route == "" {
@@ -323,7 +325,8 @@ func (e *Engine) check(r keyfuncs.Request) Result {
 	needs := e.needs()
 	if rr, ok := r.(RouteReporter); ok && !rr.RouteKnown() {
 		if needs.rule != "" {
-			return e.routeUnknown(needs.rule)
+			*res = e.routeUnknown(needs.rule)
+			return
 		}
 	}
 	for i := range e.keys {
@@ -346,10 +349,12 @@ func (e *Engine) check(r keyfuncs.Request) Result {
 			continue
 		}
 		if err != nil {
-			return failed(fmt.Errorf("ratelimit: %s key: %w", k.scope, err))
+			*res = failed(fmt.Errorf("ratelimit: %s key: %w", k.scope, err))
+			return
 		}
 		if v == "" {
-			return failed(fmt.Errorf("ratelimit: %s key: %w: empty key (return keyfuncs.ErrNotApplicable when the tier does not apply)", k.scope, core.ErrInvalidKey))
+			*res = failed(fmt.Errorf("ratelimit: %s key: %w: empty key (return keyfuncs.ErrNotApplicable when the tier does not apply)", k.scope, core.ErrInvalidKey))
+			return
 		}
 		switch k.scope {
 		case core.ScopeUser:
@@ -367,7 +372,8 @@ func (e *Engine) check(r keyfuncs.Request) Result {
 		switch {
 		case errors.Is(err, keyfuncs.ErrNotApplicable):
 		case err != nil:
-			return failed(fmt.Errorf("ratelimit: plan: %w", err))
+			*res = failed(fmt.Errorf("ratelimit: plan: %w", err))
+			return
 		default:
 			req.Plan = p
 		}
@@ -376,23 +382,26 @@ func (e *Engine) check(r keyfuncs.Request) Result {
 	if e.cost != nil {
 		c, err := e.cost(r)
 		if err != nil {
-			return failed(fmt.Errorf("ratelimit: cost: %w", err))
+			*res = failed(fmt.Errorf("ratelimit: cost: %w", err))
+			return
 		}
 		cost = c
 	}
 	ctx := r.Context()
-	d, err := e.limiter.AllowN(ctx, req, cost)
-	if err != nil {
+	res.Outcome, res.Err = Proceed, nil
+	d := &res.Decision
+	if err := e.limiter.Decide(ctx, &req, cost, d); err != nil {
 		if errors.Is(err, core.ErrUnavailable) {
 			// Fail closed: a denial (503), not a request error.
-			return Result{Outcome: Unavailable, Decision: d}
+			res.Outcome = Unavailable
+			return
 		}
-		res := failed(err)
-		res.Decision = d
-		return res
+		res.Outcome, res.Err = errOutcome(err), err
+		return
 	}
 	if !d.Allowed {
-		return Result{Outcome: Denied, Decision: d}
+		res.Outcome = Denied
+		return
 	}
 	if d.Delay > 0 {
 		t := time.NewTimer(d.Delay)
@@ -400,10 +409,9 @@ func (e *Engine) check(r keyfuncs.Request) Result {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return Result{Outcome: ClientGone, Decision: d, Err: ctx.Err()}
+			res.Outcome, res.Err = ClientGone, ctx.Err()
 		}
 	}
-	return Result{Outcome: Proceed, Decision: d}
 }
 
 // needs returns what requests need of the policy in force, worked out once
@@ -476,13 +484,18 @@ func installHint(adapter string) string {
 // controls and no configuration makes valid, ClientGone when the request's
 // context ended, and Failed otherwise.
 func failed(err error) Result {
+	return Result{Outcome: errOutcome(err), Err: err}
+}
+
+// errOutcome is the Outcome failed gives err.
+func errOutcome(err error) Outcome {
 	switch {
 	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost), errors.Is(err, keyfuncs.ErrNoAddress):
-		return Result{Outcome: BadInput, Err: err}
+		return BadInput
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return Result{Outcome: ClientGone, Err: err}
+		return ClientGone
 	}
-	return Result{Outcome: Failed, Err: err}
+	return Failed
 }
 
 // Headers calls set for each rate-limit header field of res: every field

@@ -99,26 +99,26 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice := userRequest("alice")
-	res := m.Check(alice)
+	res := check(m, alice)
 	if res.Outcome != flow.Proceed || res.Err != nil || len(res.Decision.Tiers()) != 3 {
 		t.Fatalf("alice: %+v; want allowed by user, ip and endpoint tiers", res)
 	}
-	res = m.Check(alice)
+	res = check(m, alice)
 	if res.Outcome != flow.Proceed || res.Decision.Rule != "per-user" || res.Decision.Remaining != 0 {
 		t.Fatalf("alice again: %+v", res.Decision)
 	}
-	if res = m.Check(alice); res.Outcome == flow.Proceed || res.Decision.Rule != "per-user" {
+	if res = check(m, alice); res.Outcome == flow.Proceed || res.Decision.Rule != "per-user" {
 		t.Fatalf("alice third: %+v, want denied by per-user", res.Decision)
 	}
 	// Anonymous: the per-user tier does not apply; per-ip has 1 left.
 	anon := userRequest("")
-	if res = m.Check(anon); res.Outcome != flow.Proceed || res.Decision.Rule != "per-ip" || res.Decision.Remaining != 0 {
+	if res = check(m, anon); res.Outcome != flow.Proceed || res.Decision.Rule != "per-ip" || res.Decision.Remaining != 0 {
 		t.Fatalf("anonymous: %+v, want allowed by per-ip with 0 left", res.Decision)
 	}
 	// Skipped requests get no decision and no headers.
 	skipped := anon
 	skipped.Header = map[string][]string{"X-Internal": {"1"}}
-	res = m.Check(skipped)
+	res = check(m, skipped)
 	headers := 0
 	m.Headers(&res, func(string, string) { headers++ })
 	if res.Outcome != flow.Skipped || headers != 0 {
@@ -128,17 +128,17 @@ func TestCheck(t *testing.T) {
 	pro := userRequest("bob")
 	pro.Peer = "192.0.2.2:1"
 	pro.Header = map[string][]string{"X-Tenant": {"acme"}, "X-Plan": {"pro"}}
-	if res = m.Check(pro); res.Outcome != flow.Proceed || len(res.Decision.Tiers()) != 5 {
+	if res = check(m, pro); res.Outcome != flow.Proceed || len(res.Decision.Tiers()) != 5 {
 		t.Fatalf("pro with tenant: %+v, want 5 tiers", res.Decision)
 	}
-	if res = m.Check(pro); res.Outcome == flow.Proceed || res.Decision.Rule != "pro-only" {
+	if res = check(m, pro); res.Outcome == flow.Proceed || res.Decision.Rule != "pro-only" {
 		t.Fatalf("pro again: %+v, want denied by pro-only", res.Decision)
 	}
 	// Cost.
 	exp := userRequest("carol")
 	exp.Peer = "192.0.2.3:1"
 	exp.Header = map[string][]string{"X-Expensive": {"1"}}
-	if res = m.Check(exp); res.Outcome != flow.Proceed || res.Decision.Cost != 2 || res.Decision.Remaining != 0 {
+	if res = check(m, exp); res.Outcome != flow.Proceed || res.Decision.Cost != 2 || res.Decision.Remaining != 0 {
 		t.Fatalf("cost 2: %+v", res.Decision)
 	}
 }
@@ -166,13 +166,13 @@ func TestCheckErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := m.Check(tc.req)
+			res := check(m, tc.req)
 			if res.Err == nil || res.Outcome != tc.want {
 				t.Fatalf("Check = %+v, want %v with an error", res, tc.want)
 			}
 			// Logged through the limiter's logger, once; the same failure
 			// again within the interval is counted, not logged.
-			m.Check(tc.req)
+			check(m, tc.req)
 			var rec map[string]any
 			if err := json.Unmarshal(logs.Bytes(), &rec); err != nil {
 				t.Fatalf("want one JSON log record, got %q: %v", logs.String(), err)
@@ -198,7 +198,7 @@ func TestCheckFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := m.Check(userRequest("a"))
+	res := check(m, userRequest("a"))
 	if res.Outcome != flow.Unavailable || res.Err != nil || res.Decision.Reason != core.ReasonUnavailable {
 		t.Fatalf("Check = %+v, want a 503 denial", res)
 	}
@@ -227,13 +227,13 @@ func TestCheckDenialAndHeaders(t *testing.T) {
 		}
 		user := "u" + map[bool]string{true: "1", false: "2"}[onAllow]
 		var allowHeaders int
-		res := m.Check(userRequest(user))
+		res := check(m, userRequest(user))
 		m.Headers(&res, func(string, string) { allowHeaders++ })
 		if onAllow != (allowHeaders > 0) {
 			t.Errorf("flow.WithHeadersOnAllow(%v): %d headers on an allowed response", onAllow, allowHeaders)
 		}
-		m.Check(userRequest(user))
-		res = m.Check(userRequest(user))
+		check(m, userRequest(user))
+		res = check(m, userRequest(user))
 		got := map[string]string{}
 		m.Headers(&res, func(n, v string) { got[n] = v })
 		var body bytes.Buffer
@@ -256,7 +256,7 @@ func TestCheckShapingDelay(t *testing.T) {
 		}
 		start := time.Now()
 		for range 3 {
-			if res := m.Check(userRequest("")); res.Outcome != flow.Proceed {
+			if res := check(m, userRequest("")); res.Outcome != flow.Proceed {
 				t.Fatalf("Check = %+v", res)
 			}
 		}
@@ -267,8 +267,52 @@ func TestCheckShapingDelay(t *testing.T) {
 		req := userRequest("")
 		req.Ctx = ctx
 		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-		if res := m.Check(req); !errors.Is(res.Err, context.Canceled) || res.Outcome != flow.ClientGone {
+		if res := check(m, req); !errors.Is(res.Err, context.Canceled) || res.Outcome != flow.ClientGone {
 			t.Fatalf("canceled while delayed: %+v", res)
 		}
 	})
+}
+
+// check returns e's Result for r.
+func check(e *flow.Engine, r keyfuncs.Request) flow.Result {
+	var res flow.Result
+	e.Check(r, &res)
+	return res
+}
+
+// TestCheckOverwritesResult: a Result reused from request to request says
+// only what the last Check decided, whatever the one before left in it.
+func TestCheckOverwritesResult(t *testing.T) {
+	l := flowtest.LimiterWith(t, nil, perUser)
+	m, err := flow.New(l, "test", nil, flow.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
+		u, _ := r.Context().Value(ctxUser{}).(string)
+		switch u {
+		case "fail":
+			return "", errors.New("no user")
+		case "":
+			return "", keyfuncs.ErrNotApplicable
+		}
+		return u, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res flow.Result
+	m.Check(userRequest("fail"), &res)
+	if res.Outcome != flow.Failed || res.Err == nil {
+		t.Fatalf("Check = %+v, want Failed with an error", res)
+	}
+	m.Check(userRequest("a"), &res)
+	if res.Outcome != flow.Proceed || res.Err != nil || !res.Decision.Allowed || res.Decision.Remaining != 1 || res.Decision.NumTiers() != 1 {
+		t.Fatalf("Check after a failure = %+v, want Proceed, no error, one tier, 1 remaining", res)
+	}
+	m.Check(userRequest("a"), &res)
+	m.Check(userRequest("a"), &res)
+	if res.Outcome != flow.Denied || res.Err != nil || res.Decision.Allowed || res.Decision.RetryAfter <= 0 {
+		t.Fatalf("third Check = %+v, want Denied with a RetryAfter", res)
+	}
+	m.Check(userRequest(""), &res) // no user: no rule applies
+	if res.Outcome != flow.Proceed || !res.Decision.Allowed || res.Decision.NumTiers() != 0 || res.Decision.RetryAfter != 0 || res.Decision.Rule != "" {
+		t.Fatalf("Check of a request no rule applies to, after a denial = %+v, want Proceed with a zero decision", res)
+	}
 }

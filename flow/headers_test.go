@@ -41,7 +41,7 @@ func TestSetHTTPHeaders(t *testing.T) {
 			}
 			var prev http.Header
 			for i := range 5 { // 3 allowed, then denied
-				res := e.Check(req)
+				res := check(e, req)
 				want := http.Header{}
 				e.Headers(&res, func(name, value string) { want[textproto.CanonicalMIMEHeaderKey(name)] = []string{value} })
 				h := http.Header{"X-Other": {"kept"}}
@@ -74,7 +74,7 @@ func TestSetHTTPHeaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := e.Check(req)
+		res := check(e, req)
 		h := http.Header{}
 		if got := testing.AllocsPerRun(100, func() {
 			clear(h)
@@ -100,7 +100,7 @@ func TestHeaderValuesOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, res := range []flow.Result{e.Check(req), e.Check(req), {Outcome: flow.Skipped}, {Outcome: flow.Failed}} {
+		for _, res := range []flow.Result{check(e, req), check(e, req), {Outcome: flow.Skipped}, {Outcome: flow.Failed}} {
 			n := 0
 			e.Headers(&res, func(string, string) { n++ })
 			var v core.HeaderValues
@@ -131,7 +131,7 @@ func TestKeysOnlyForRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := keyfuncs.Static{HTTPMethod: "GET", RouteTemplate: "/items/{id}", Peer: "192.0.2.1:1"}
-	if res := e.Check(req); res.Outcome != flow.Proceed || endpointCalls.Load() != 0 || userCalls.Load() != 0 {
+	if res := check(e, req); res.Outcome != flow.Proceed || endpointCalls.Load() != 0 || userCalls.Load() != 0 {
 		t.Fatalf("per-ip only: %v, endpoint key built %d times, user key %d; want proceed and neither", res.Outcome, endpointCalls.Load(), userCalls.Load())
 	}
 	p, err := core.NewPolicy(
@@ -145,7 +145,7 @@ func TestKeysOnlyForRules(t *testing.T) {
 	if err := l.SetPolicy(p); err != nil {
 		t.Fatal(err)
 	}
-	res := e.Check(req)
+	res := check(e, req)
 	if res.Outcome != flow.Proceed || endpointCalls.Load() != 1 || userCalls.Load() != 0 {
 		t.Fatalf("with an endpoint rule and a disabled user rule: %v, endpoint key built %d times, user key %d; want proceed, 1 and 0", res.Outcome, endpointCalls.Load(), userCalls.Load())
 	}
@@ -170,13 +170,13 @@ func TestKeysForWhen(t *testing.T) {
 	}
 	for i := range 3 {
 		req := keyfuncs.Static{HTTPMethod: "GET", Peer: "192.0.2.9:1"}
-		if res := e.Check(req); res.Outcome != flow.Proceed || len(res.Decision.Tiers()) != 0 {
+		if res := check(e, req); res.Outcome != flow.Proceed || len(res.Decision.Tiers()) != 0 {
 			t.Fatalf("request %d from the exempt address: %v with %d tiers, want proceed without the per-user tier", i, res.Outcome, len(res.Decision.Tiers()))
 		}
 	}
 	other := keyfuncs.Static{HTTPMethod: "GET", Peer: "192.0.2.1:1"}
-	e.Check(other)
-	if res := e.Check(other); res.Outcome != flow.Denied {
+	check(e, other)
+	if res := check(e, other); res.Outcome != flow.Denied {
 		t.Errorf("second request from another address: %v, want denied by the per-user tier", res.Outcome)
 	}
 }

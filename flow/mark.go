@@ -31,26 +31,28 @@ func WithMark(ctx context.Context, m *Mark) context.Context {
 }
 
 // Seen reports whether a request whose Mark is m was already checked by a
-// middleware over e's limiter, and if so the Result to act on instead of
-// calling Check: Skipped when e itself checked it (the request goes on,
-// charged once), and Failed with an error wrapping ErrInstalledTwice when
-// another middleware over the same limiter did (each would charge the
-// tiers they share).
-func (e *Engine) Seen(m *Mark) (Result, bool) {
+// middleware over e's limiter, and if so sets res to the Result to act on
+// instead of calling Check: Skipped when e itself checked it (the request
+// goes on, charged once), and Failed with an error wrapping
+// ErrInstalledTwice when another middleware over the same limiter did
+// (each would charge the tiers they share). It leaves res alone otherwise.
+func (e *Engine) Seen(m *Mark, res *Result) bool {
 	if m == nil {
-		return Result{}, false
+		return false
 	}
 	for _, o := range m.engines {
 		if o == e {
-			return Result{Outcome: Skipped}, true
+			*res = Result{Outcome: Skipped}
+			return true
 		}
 	}
 	for _, o := range m.engines {
 		if o.limiter == e.limiter {
-			return Result{Outcome: Failed, Err: fmt.Errorf("%w: a %s middleware and a %s middleware over the same limiter checked this request, each charging its tiers: install one, at the router level, and limit stricter tiers to routes with core.Rule.Routes", ErrInstalledTwice, o.adapter, e.adapter)}, true
+			*res = Result{Outcome: Failed, Err: fmt.Errorf("%w: a %s middleware and a %s middleware over the same limiter checked this request, each charging its tiers: install one, at the router level, and limit stricter tiers to routes with core.Rule.Routes", ErrInstalledTwice, o.adapter, e.adapter)}
+			return true
 		}
 	}
-	return Result{}, false
+	return false
 }
 
 // Mark returns the Mark of a request whose Mark was m once e has checked

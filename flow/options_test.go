@@ -71,18 +71,18 @@ func TestNativeKeyReadsTheView(t *testing.T) {
 		t.Errorf("Native(WithErrorHandler) = %v, want nil: never given", v)
 	}
 	view := nativeView{Static: keyfuncs.Static{Peer: "192.0.2.1:1"}, native: "alice"}
-	res := e.Check(view)
+	res := check(e, view)
 	if res.Outcome != flow.Proceed {
 		t.Fatalf("Check = %+v", res)
 	}
-	if res = e.Check(view); res.Outcome != flow.Proceed {
+	if res = check(e, view); res.Outcome != flow.Proceed {
 		t.Fatalf("second Check = %+v", res)
 	}
-	if res = e.Check(view); res.Outcome != flow.Denied || res.Decision.Rule != "per-user" {
+	if res = check(e, view); res.Outcome != flow.Denied || res.Decision.Rule != "per-user" {
 		t.Fatalf("third Check = %+v, want Denied by per-user: the native key keyed alice", res)
 	}
 	// A view without the native request: a request error, not a panic.
-	res = e.Check(keyfuncs.Static{Peer: "192.0.2.1:1"})
+	res = check(e, keyfuncs.Static{Peer: "192.0.2.1:1"})
 	if res.Outcome != flow.Failed || res.Err == nil {
 		t.Fatalf("Check without a native request = %+v, want Failed", res)
 	}

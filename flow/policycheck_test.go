@@ -62,8 +62,8 @@ func TestSetPolicyNeedsKeys(t *testing.T) {
 			}
 			// The old policy decides: its rule denies the second request.
 			req := userRequest("alice")
-			e.Check(req)
-			if res := e.Check(req); res.Outcome != flow.Denied || res.Decision.Rule != tc.start[0].Name {
+			check(e, req)
+			if res := check(e, req); res.Outcome != flow.Denied || res.Decision.Rule != tc.start[0].Name {
 				t.Errorf("second Check after a refused reload = %v by %q, want Denied by %q", res.Outcome, res.Decision.Rule, tc.start[0].Name)
 			}
 		})
@@ -89,8 +89,8 @@ func TestSetPolicyValidReload(t *testing.T) {
 	if l.Policy() != p {
 		t.Fatal("SetPolicy accepted, but Policy() is not the new policy")
 	}
-	e.Check(userRequest("alice"))
-	if res := e.Check(userRequest("bob")); res.Outcome != flow.Denied || (res.Decision.Rule != "per-ip" && res.Decision.Rule != "global") {
+	check(e, userRequest("alice"))
+	if res := check(e, userRequest("bob")); res.Outcome != flow.Denied || (res.Decision.Rule != "per-ip" && res.Decision.Rule != "global") {
 		t.Errorf("second Check after the reload = %v by %q, want Denied by a new rule", res.Outcome, res.Decision.Rule)
 	}
 }

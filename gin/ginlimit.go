@@ -80,14 +80,13 @@ func (m *middleware) handle(c *gin.Context) {
 		prev, _ := c.Get(flow.MarkName)
 		mark, _ = prev.(*flow.Mark)
 	}
-	again, seen := m.engine.Seen(mark)
+	seen := m.engine.Seen(mark, &res)
 	switch {
 	case seen:
-		res = again
 	case c.Request == nil:
 		res = flow.Result{Outcome: flow.Failed, Err: errNoRequest}
 	default:
-		res = m.engine.Check(request{c})
+		m.engine.Check(request{c}, &res)
 	}
 	switch res.Outcome {
 	case flow.Proceed:

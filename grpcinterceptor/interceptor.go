@@ -117,7 +117,8 @@ func newInterceptor(limiter *core.Limiter, opts []Option, stream bool) (*interce
 // unary is the grpc.UnaryServerInterceptor.
 func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	prev := flow.MarkFrom(ctx)
-	if res, ok := i.engine.Seen(prev); ok {
+	var res flow.Result
+	if i.engine.Seen(prev, &res) {
 		// This interceptor already checked the call (chained twice), or
 		// another one over the same limiter did.
 		if res.Outcome == flow.Skipped {
@@ -129,7 +130,7 @@ func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	// be reused by the next call.
 	v := i.views.Get().(*view)
 	v.ctx, v.fullMethod = ctx, info.FullMethod
-	res := i.engine.Check(v)
+	i.engine.Check(v, &res)
 	*v = view{}
 	i.views.Put(v)
 	switch res.Outcome {
@@ -163,7 +164,8 @@ func (i *interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 func (i *interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
 	prev := flow.MarkFrom(ctx)
-	if res, ok := i.engine.Seen(prev); ok {
+	var res flow.Result
+	if i.engine.Seen(prev, &res) {
 		// As in unary; a stream already checked is paced, if at all, by
 		// the interceptor that checked it.
 		if res.Outcome == flow.Skipped {
@@ -172,7 +174,7 @@ func (i *interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return i.failed(ctx, res.Outcome, res.Err)
 	}
 	v := &view{ctx: ctx, fullMethod: info.FullMethod}
-	res := i.engine.Check(v)
+	i.engine.Check(v, &res)
 	switch res.Outcome {
 	case flow.Proceed:
 		if md := i.metadata(&res, false); md != nil {
@@ -236,7 +238,8 @@ const minPace = time.Millisecond
 func (i *interceptor) pace(v *view, ss grpc.ServerStream) error {
 	ctx := v.ctx
 	for {
-		res := i.msgs.Check(v)
+		var res flow.Result
+		i.msgs.Check(v, &res)
 		switch res.Outcome {
 		case flow.Proceed, flow.Skipped:
 			return nil

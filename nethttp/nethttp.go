@@ -92,7 +92,8 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	prev := flow.MarkFrom(r.Context())
-	if res, ok := m.engine.Seen(prev); ok {
+	var res flow.Result
+	if m.engine.Seen(prev, &res) {
 		h.answer(w, r, &res, r)
 		return
 	}
@@ -100,12 +101,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// our own copy, so in front of a ServeMux it can carry the pattern
 	// the mux will match, which the mux sets again when it dispatches.
 	marked := r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
-	var res flow.Result
 	if h.mux != nil {
 		_, marked.Pattern = h.mux.Handler(r)
-		res = m.engine.Check(muxRequest{request{marked}})
+		m.engine.Check(muxRequest{request{marked}}, &res)
 	} else {
-		res = m.engine.Check(request{marked})
+		m.engine.Check(request{marked}, &res)
 	}
 	h.answer(w, r, &res, marked)
 }
