@@ -602,6 +602,9 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		}
 	}
 	p := l.policy.Load()
+	if len(p.rules) == 1 && p.plain && !p.leased && !p.shadow && !l.shadow && l.memory != nil {
+		return l.decideOne(p, now, req, n, d)
+	}
 	// The tiers live on this stack frame, up to maxInlineTiers; the
 	// memory store takes them as they are, so a decision allocates nothing.
 	// Separate variables, not a Take: escape analysis treats a struct as a
@@ -620,6 +623,30 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		ruleArr   [maxInlineTiers]*Rule
 	)
 	return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
+}
+
+// decideOne is decideOn for a policy of one plain rule (no plan, routes,
+// predicate, lookup, lease or shadow mode) on the memory store: the same
+// decision, without the slices of the general path.
+func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *Decision) error {
+	r := &p.rules[0]
+	id := req.identityOf(p.scopes[0], r.Scope)
+	if id == "" {
+		d.Allowed, d.Cost = true, n
+		return nil
+	}
+	if !validKey(id) {
+		return invalidIdentity(r, id)
+	}
+	var (
+		b     = [1]Bucket{{Rule: r.Name, Key: id, Limit: &r.Limit}}
+		st    [1]BucketState
+		rules = [1]*Rule{r}
+	)
+	d.Allowed, d.Cost = true, n
+	d.At = time.Unix(0, l.memory.takeRule(r, &b[0], &st[0], now, n))
+	d.fill(st[:], rules[:], b[:], false)
+	return nil
 }
 
 // decideOn is decide with p, and room for the tiers in buckets, states and

@@ -170,55 +170,63 @@ func TestRequestIdentity(t *testing.T) {
 	}
 }
 
-// TestPlainPolicyResolve: a policy of plain rules (resolve's short path)
-// decides as the same rules do on the general path (here forced by a When
-// predicate that always holds, on a rule that never applies), request by
-// request, invalid identities included.
+// TestPlainPolicyResolve: a policy of plain rules (resolve's short path,
+// and decideOne's for one rule on the memory store) decides as the same
+// rules do on the general path (here forced by a When predicate that
+// always holds, on a rule that never applies), request by request, invalid
+// identities included.
 func TestPlainPolicyResolve(t *testing.T) {
-	rules := []Rule{
+	all := []Rule{
 		{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 3)},
 		{Name: "per-ip", Scope: ScopeIP, Limit: TokenBucket(PerSecond(2), 4)},
 		{Name: "tenant", Scope: Dimension("tenant"), Limit: TokenBucket(PerSecond(1), 2)},
 		{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(10), 20)},
-	}
-	plain, err := NewPolicy(rules...)
-	if err != nil {
-		t.Fatal(err)
+		{Name: "window", Scope: ScopeUser, Limit: FixedWindow(3, time.Second)},
 	}
 	never := Rule{Name: "never", Scope: Dimension("none"), Limit: TokenBucket(PerSecond(1), 1), When: func(*Request) bool { return true }}
-	general, err := NewPolicy(append(slices.Clone(rules), never)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !plain.plain || general.plain {
-		t.Fatalf("plain = %v and %v, want true and false", plain.plain, general.plain)
-	}
-	a, b := newTestLimiter(t, nil), newTestLimiter(t, nil)
-	if err := a.SetPolicy(plain); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.SetPolicy(general); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
 	reqs := []Request{
 		{User: "u", IP: "192.0.2.1"},
 		{IP: "192.0.2.1", Dims: []Dim{{Name: "tenant", Value: "t1"}}},
 		{User: "u"},
 		{},
-		{User: "bad\nkey"},
-		{User: "u", Dims: []Dim{{Name: "tenant", Value: strings.Repeat("x", MaxKeyLen+1)}}},
+		{User: "bad\nkey", IP: "bad\tip", Dims: []Dim{{Name: "tenant", Value: "\x7f"}}},
+		{User: strings.Repeat("x", MaxKeyLen+1), IP: strings.Repeat("x", MaxKeyLen+1), Dims: []Dim{{Name: "tenant", Value: strings.Repeat("x", MaxKeyLen+1)}}},
 	}
-	for i := range 60 {
-		req := reqs[i%len(reqs)]
-		now := t0.Add(time.Duration(i) * 150 * time.Millisecond)
-		da, erra := a.AllowAt(ctx, now, req, 1)
-		db, errb := b.AllowAt(ctx, now, req, 1)
-		if fmt.Sprint(erra) != fmt.Sprint(errb) || !sameDecision(&da, &db) {
-			t.Fatalf("request %d %+v: plain %+v, %v; general %+v, %v", i, req, da, erra, db, errb)
+	sets := [][]Rule{all[:4]}
+	for _, r := range all {
+		sets = append(sets, []Rule{r})
+	}
+	ctx := context.Background()
+	for _, rules := range sets {
+		plain, err := NewPolicy(rules...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if i%len(reqs) >= 4 && erra == nil {
-			t.Fatalf("request %d: invalid identity accepted", i)
+		general, err := NewPolicy(append(slices.Clone(rules), never)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !plain.plain || general.plain {
+			t.Fatalf("plain = %v and %v, want true and false", plain.plain, general.plain)
+		}
+		a, b := newTestLimiter(t, nil), newTestLimiter(t, nil)
+		if err := a.SetPolicy(plain); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SetPolicy(general); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 60 {
+			req := reqs[i%len(reqs)]
+			now := t0.Add(time.Duration(i) * 150 * time.Millisecond)
+			da, erra := a.AllowAt(ctx, now, req, int64(i%3))
+			db, errb := b.AllowAt(ctx, now, req, int64(i%3))
+			if fmt.Sprint(erra) != fmt.Sprint(errb) || !sameDecision(&da, &db) {
+				t.Fatalf("rules %s, request %d %+v: plain %+v, %v; general %+v, %v", rules[0].Name, i, req, da, erra, db, errb)
+			}
+			if id := req.identityOf(plain.scopes[0], rules[0].Scope); id != "" && !validKey(id) && erra == nil {
+				t.Fatalf("rules %s, request %d: invalid identity %q accepted", rules[0].Name, i, id)
+			}
 		}
 	}
 }
