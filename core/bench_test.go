@@ -49,6 +49,16 @@ func BenchmarkHotKeyAllow(b *testing.B) {
 			}
 		})
 	})
+	b.Run("decide", func(b *testing.B) {
+		// Decide into one Decision, as a hot loop or a middleware does.
+		b.ReportAllocs()
+		var d Decision
+		for b.Loop() {
+			if err := l.Decide(ctx, &req, 1, &d); err != nil || !d.Allowed {
+				b.Fatal("denied", err)
+			}
+		}
+	})
 }
 
 // BenchmarkHotKeyDeny: one key whose bucket is empty; every call is denied.

@@ -183,6 +183,9 @@ func TestTiersAllocs(t *testing.T) {
 		if got := testing.AllocsPerRun(100, func() { l.Allow(ctx, req) }); got != 0 {
 			t.Errorf("%d tiers: Allow makes %v allocations, want 0", n, got)
 		}
+		if got := testing.AllocsPerRun(100, func() { l.Decide(ctx, &req, 1, &d) }); got != 0 {
+			t.Errorf("%d tiers: Decide makes %v allocations, want 0", n, got)
+		}
 	}
 }
 
