@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // This file turns a Decision into what an HTTP client sees: header fields and
@@ -492,9 +493,9 @@ func (f *HeaderFormat) headers(d *Decision, tiers []TierState, now time.Time, se
 	// One string holds every value that is not constant.
 	s := string(v.buf[:v.used])
 	for i := range v.n {
-		val := v.str[i]
-		if !v.isStr[i] {
-			val = s[v.start[i]:v.end[i]]
+		val := s[v.start[i]:v.end[i]]
+		if c := v.cst[i]; c != nil {
+			val = c.s
 		}
 		set(f.names[v.field[i]], val)
 	}
@@ -514,15 +515,27 @@ const headerValuesBuf = 256
 type HeaderValues struct {
 	n     int
 	field [numHeaders]HeaderField
-	// A value is either a string that lasts (isStr: a constant of the
-	// format, or one that overflowed buf), with its bytes in strB, or
-	// buf[start:end].
-	isStr      [numHeaders]bool
-	str        [numHeaders]string
-	strB       [numHeaders][]byte
+	// A value is either one that lasts, cst (a constant of the format, or
+	// one that overflowed buf), or buf[start:end]. The values in buf are
+	// contiguous, in field order: buf[:used].
+	cst        [numHeaders]*constValue
 	start, end [numHeaders]uint16
 	used       int
 	buf        [headerValuesBuf]byte
+}
+
+// constValue is a header value that stays valid forever, in the forms
+// adapters take it: a string, its bytes, and a one-element slice for header
+// maps (http.Header). None of them may be modified.
+type constValue struct {
+	s  string
+	b  []byte
+	ss []string
+}
+
+func newConstValue(b []byte) *constValue {
+	s := string(b)
+	return &constValue{s: s, b: []byte(s), ss: []string{s}}
 }
 
 // Len returns the number of fields v holds.
@@ -537,8 +550,8 @@ func (v *HeaderValues) Field(i int) HeaderField { return v.field[v.check(i)] }
 // pass it on as it is.
 func (v *HeaderValues) Bytes(i int) []byte {
 	i = v.check(i)
-	if v.isStr[i] {
-		return v.strB[i]
+	if c := v.cst[i]; c != nil {
+		return c.b
 	}
 	return v.buf[v.start[i]:v.end[i]]
 }
@@ -548,8 +561,8 @@ func (v *HeaderValues) Bytes(i int) []byte {
 // keep without copying; "" and false for a value that lives in v.
 func (v *HeaderValues) Constant(i int) (string, bool) {
 	i = v.check(i)
-	if v.isStr[i] {
-		return v.str[i], true
+	if c := v.cst[i]; c != nil {
+		return c.s, true
 	}
 	return "", false
 }
@@ -566,7 +579,8 @@ func (v *HeaderValues) check(i int) int {
 func (v *HeaderValues) spare() []byte { return v.buf[v.used:v.used:len(v.buf)] }
 
 // commit records b, the next value appended to spare(), as field h. When b
-// outgrew the buffer, append moved it to the heap: it is kept as a string.
+// outgrew the buffer, append moved it to the heap: it is kept as a
+// constValue.
 func (v *HeaderValues) commit(h HeaderField, b []byte) {
 	i := v.n
 	v.n++
@@ -576,25 +590,89 @@ func (v *HeaderValues) commit(h HeaderField, b []byte) {
 		// Copies, not b itself, which the compiler cannot tell from a
 		// slice of v.buf: keeping it would move every HeaderValues to the
 		// heap.
-		v.isStr[i], v.str[i] = true, string(b)
-		v.strB[i] = []byte(v.str[i])
+		v.cst[i] = newConstValue(b)
+		v.start[i], v.end[i] = uint16(start), uint16(start)
 		return
 	}
-	v.isStr[i] = false
+	v.cst[i] = nil
 	v.used = start + len(b)
 	v.start[i], v.end[i] = uint16(start), uint16(v.used)
 }
 
-// constant records field h with the constant value s, whose bytes are b.
-func (v *HeaderValues) constant(h HeaderField, s string, b []byte) {
+// last returns the bytes of the value committed last.
+func (v *HeaderValues) last() []byte {
+	i := v.n - 1
+	if c := v.cst[i]; c != nil {
+		return c.b
+	}
+	return v.buf[v.start[i]:v.end[i]]
+}
+
+// constant records field h with the constant value c.
+func (v *HeaderValues) constant(h HeaderField, c *constValue) {
 	i := v.n
 	v.n++
 	v.field[i] = h
-	v.isStr[i], v.str[i], v.strB[i] = true, s, b
+	v.cst[i] = c
+	v.start[i], v.end[i] = uint16(v.used), uint16(v.used)
+}
+
+// SetHeader stores v's fields in h, a header map such as http.Header, each
+// under names[field], replacing what h held there; with canonical names
+// (NamesCanonical, or textproto.CanonicalMIMEHeaderKey's), h is an
+// http.Header as Set would leave it, without a canonicalization per field.
+// The constant values (X-RateLimit-Limit, RateLimit-Policy, Cache-Control)
+// are one-element slices shared by every response, as precomputed header
+// values are in other middleware: like any value in an http.Header, they
+// must not be modified in place (Set and Add replace them, which is fine).
+// The others share one allocation (two when they are many or long): their
+// bytes, and the slices of their entries, each capped at length 1 so that
+// appending to one cannot clobber the next.
+func (v *HeaderValues) SetHeader(h map[string][]string, names *[NumHeaderFields]string) {
+	dyn := 0
+	for i := range v.n {
+		if v.cst[i] == nil {
+			dyn++
+		}
+	}
+	var (
+		all     string
+		backing []string
+	)
+	switch {
+	case dyn == 0:
+	case dyn <= len(headerBlock{}.ss) && v.used <= len(headerBlock{}.b):
+		blk := new(headerBlock)
+		copy(blk.b[:], v.buf[:v.used])
+		all = unsafe.String(&blk.b[0], v.used) // blk.b is not written again
+		backing = blk.ss[:dyn]
+	default:
+		all = string(v.buf[:v.used])
+		backing = make([]string, dyn)
+	}
+	j := 0
+	for i := range v.n {
+		if c := v.cst[i]; c != nil {
+			h[names[v.field[i]]] = c.ss
+			continue
+		}
+		backing[j] = all[v.start[i]:v.end[i]]
+		h[names[v.field[i]]] = backing[j : j+1 : j+1]
+		j++
+	}
+}
+
+// headerBlock holds the values of one response that change from one to
+// the next, for SetHeader: those of an allowed one-tier response (the
+// remaining count, the reset and the RateLimit item, ~50 bytes) or a
+// denied one (Retry-After too) in one allocation.
+type headerBlock struct {
+	ss [4]string
+	b  [80]byte
 }
 
 // noStore is Cache-Control's value on denials.
-var noStore = []byte("no-store")
+var noStore = newConstValue([]byte("no-store"))
 
 // values formats the fields of d, reporting tiers, into v, which is empty.
 func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *HeaderValues) {
@@ -608,16 +686,22 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 	}
 	if deciding >= 0 {
 		var text *ruleText
-		if f.on[FieldLimit] || f.on[FieldPolicy] {
+		if f.on[FieldLimit] || f.on[FieldPolicy] || f.on[FieldRateLimit] {
 			text = f.texts.get(tiers)
 		}
+		// remaining holds X-RateLimit-Remaining's digits, which RateLimit's
+		// r repeats for the deciding tier.
+		var remaining []byte
 		if f.on[FieldLimit] {
 			if text != nil && d.Limit == tiers[deciding].limit().Burst() {
-				v.constant(FieldLimit, text.limit[deciding], text.limitB[deciding])
+				v.constant(FieldLimit, &text.limit[deciding])
 			} else {
 				v.commit(FieldLimit, strconv.AppendInt(v.spare(), d.Limit, 10))
 			}
 			v.commit(FieldRemaining, strconv.AppendInt(v.spare(), d.Remaining, 10))
+			if d.Remaining == sfInt(d.Remaining) && d.Remaining == tiers[deciding].Remaining {
+				remaining = v.last()
+			}
 			if f.reset == ResetDelta {
 				v.commit(FieldReset, strconv.AppendInt(v.spare(), ceilSeconds(d.ResetAfter), 10))
 			} else {
@@ -626,7 +710,7 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 		}
 		if f.on[FieldPolicy] {
 			if text != nil {
-				v.constant(FieldPolicy, text.policy, text.policyB)
+				v.constant(FieldPolicy, &text.policy)
 			} else {
 				v.commit(FieldPolicy, appendPolicy(v.spare(), tiers))
 			}
@@ -638,11 +722,11 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 					if i > 0 {
 						b = append(b, ", "...)
 					}
-					b = appendServiceItem(b, &tiers[i], retry)
+					b = appendServiceItem(b, text, i, &tiers[i], retry, nil)
 				}
 				v.commit(FieldRateLimit, b)
 			} else {
-				v.commit(FieldRateLimit, appendServiceItem(v.spare(), &tiers[deciding], retry))
+				v.commit(FieldRateLimit, appendServiceItem(v.spare(), text, deciding, &tiers[deciding], retry, remaining))
 			}
 		}
 	}
@@ -650,7 +734,7 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 		v.commit(FieldRetryAfter, strconv.AppendInt(v.spare(), retry, 10))
 	}
 	if !d.Allowed && f.on[FieldCacheControl] {
-		v.constant(FieldCacheControl, "no-store", noStore)
+		v.constant(FieldCacheControl, noStore)
 	}
 }
 
@@ -667,13 +751,12 @@ func appendPolicy(b []byte, tiers []TierState) []byte {
 }
 
 // ruleText holds the values that depend only on the rules (and their
-// limits) a response reports: RateLimit-Policy, and X-RateLimit-Limit for
-// each tier deciding.
+// limits) a response reports: RateLimit-Policy, X-RateLimit-Limit for each
+// tier deciding, and the start of each tier's RateLimit item.
 type ruleText struct {
-	policy  string
-	policyB []byte
-	limit   [inlineTiers]string
-	limitB  [inlineTiers][]byte
+	policy constValue
+	limit  [inlineTiers]constValue
+	item   [inlineTiers][]byte // "name";r=
 }
 
 // textKey identifies the tiers a response reports: their rules, in order.
@@ -747,11 +830,10 @@ func (c *textCache) get(tiers []TierState) *ruleText {
 }
 
 func newRuleText(tiers []TierState) *ruleText {
-	t := &ruleText{policyB: appendPolicy(nil, tiers)}
-	t.policy = string(t.policyB)
+	t := &ruleText{policy: *newConstValue(appendPolicy(nil, tiers))}
 	for i := range tiers {
-		t.limitB[i] = strconv.AppendInt(nil, tiers[i].limit().Burst(), 10)
-		t.limit[i] = string(t.limitB[i])
+		t.limit[i] = *newConstValue(strconv.AppendInt(nil, tiers[i].limit().Burst(), 10))
+		t.item[i] = appendItemStart(nil, tiers[i].Rule.Name)
 	}
 	return t
 }
@@ -872,11 +954,20 @@ func appendPolicyItem(dst []byte, t *TierState) []byte {
 }
 
 // appendServiceItem appends the tier's service limit item: "name";r=R;t=T
-// (draft section 4.1). retry is the response's Retry-After in seconds, or -1.
-func appendServiceItem(dst []byte, t *TierState, retry int64) []byte {
-	dst = appendSFString(dst, t.Rule.Name)
-	dst = append(dst, ";r="...)
-	dst = strconv.AppendInt(dst, sfInt(t.Remaining), 10)
+// (draft section 4.1). retry is the response's Retry-After in seconds, or
+// -1. text, when not nil, holds the item's start as tier i of its rules;
+// remaining, when not nil, R's digits.
+func appendServiceItem(dst []byte, text *ruleText, i int, t *TierState, retry int64, remaining []byte) []byte {
+	if text != nil {
+		dst = append(dst, text.item[i]...)
+	} else {
+		dst = appendItemStart(dst, t.Rule.Name)
+	}
+	if remaining != nil {
+		dst = append(dst, remaining...)
+	} else {
+		dst = strconv.AppendInt(dst, sfInt(t.Remaining), 10)
+	}
 	var secs int64
 	if t.Reason == ReasonLimited {
 		secs = retrySeconds(t.RetryAfter) // as Retry-After rounds it
@@ -890,6 +981,12 @@ func appendServiceItem(dst []byte, t *TierState, retry int64) []byte {
 	}
 	dst = append(dst, ";t="...)
 	return strconv.AppendInt(dst, sfInt(secs), 10)
+}
+
+// appendItemStart appends a service limit item's start: "name";r=
+func appendItemStart(dst []byte, name string) []byte {
+	dst = appendSFString(dst, name)
+	return append(dst, ";r="...)
 }
 
 // sfMaxInt is the largest Structured Field Integer (RFC 9651 section 3.3.1).

@@ -1301,7 +1301,7 @@ func refHeaderLines(f *HeaderFormat, d *Decision, tiers []TierState, now time.Ti
 			var items []string
 			for i := range tiers {
 				if f.tiers == TiersAll || i == deciding {
-					items = append(items, string(appendServiceItem(nil, &tiers[i], retry)))
+					items = append(items, string(appendServiceItem(nil, nil, i, &tiers[i], retry, nil)))
 				}
 			}
 			add(FieldRateLimit, strings.Join(items, ", "))

@@ -34,10 +34,8 @@ type Engine struct {
 	logOnce         sync.Once                   // the first ErrRouteUnknown is logged
 
 	// httpNames are the fields' names as http.Header stores them
-	// (canonical), and httpConst the one-element value slices of the
-	// format's constant values, shared by every response.
+	// (canonical).
 	httpNames [core.NumHeaderFields]string
-	httpConst constSlices
 }
 
 // policyNeeds is what a request needs of the policy last seen: which rule
@@ -537,110 +535,12 @@ func (e *Engine) HeaderValues(res *Result, v *core.HeaderValues) {
 // SetHTTPHeaders stores res's rate-limit header fields in h, as Headers
 // reports them, replacing earlier values, under their canonical names
 // (whatever the format's core.NameCase), without canonicalizing them per
-// response. The constant values (X-RateLimit-Limit, RateLimit-Policy,
-// Cache-Control) are one-element slices shared by every response, as
-// precomputed header values are in other middleware: like any value in an
-// http.Header, they must not be modified in place (Set and Add replace
-// them, which is fine). The other values take two allocations: one
-// string holding them all, and the slices of their entries, each capped at
-// length 1 so that appending to one cannot clobber the next.
+// response (see core.HeaderValues.SetHeader: the constant values are
+// slices shared by every response; the others share one allocation).
 func (e *Engine) SetHTTPHeaders(h http.Header, res *Result) {
 	var v core.HeaderValues
 	e.HeaderValues(res, &v)
-	n := v.Len()
-	if n == 0 {
-		return
-	}
-	var (
-		dyn  [core.NumHeaderFields]int // the fields whose values live in v
-		nDyn int
-		size int
-	)
-	for i := range n {
-		if s, ok := v.Constant(i); ok {
-			f := v.Field(i)
-			h[e.httpNames[f]] = e.httpConst.get(f, s)
-			continue
-		}
-		dyn[nDyn] = i
-		nDyn++
-		size += len(v.Bytes(i))
-	}
-	if nDyn == 0 {
-		return
-	}
-	var arr [256]byte // the values of a few tiers; more go to the heap
-	buf := arr[:0]
-	if size > len(arr) {
-		buf = make([]byte, 0, size)
-	}
-	for _, i := range dyn[:nDyn] {
-		buf = append(buf, v.Bytes(i)...)
-	}
-	all := string(buf)
-	backing := make([]string, nDyn)
-	off := 0
-	for j, i := range dyn[:nDyn] {
-		end := off + len(v.Bytes(i))
-		backing[j] = all[off:end]
-		off = end
-		h[e.httpNames[v.Field(i)]] = backing[j : j+1 : j+1]
-	}
-}
-
-// maxConstSlices bounds a constSlices: the constant values are few per
-// policy, and a cache past this size (policies replaced many times) starts
-// afresh.
-const maxConstSlices = 256
-
-// constSlices maps the constant values of a header format to one-element
-// slices holding them, made once. The map is replaced whole on insertion
-// (copy on write), so lookups take no lock.
-type constSlices struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[string][]string]
-	// last holds the slice found last for each field, checked first: the
-	// same constant strings come back response after response, and a
-	// string compare of the same string is a pointer compare.
-	last [core.NumHeaderFields]atomic.Pointer[[]string]
-}
-
-func (c *constSlices) get(h core.HeaderField, s string) []string {
-	if p := c.last[h].Load(); p != nil && (*p)[0] == s {
-		return *p
-	}
-	v := c.lookup(s)
-	c.last[h].Store(&v)
-	return v
-}
-
-func (c *constSlices) lookup(s string) []string {
-	if m := c.m.Load(); m != nil {
-		if v, ok := (*m)[s]; ok {
-			return v
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.m.Load()
-	keep := old != nil && len(*old) < maxConstSlices
-	m := make(map[string][]string, 1+lenIf(keep, old))
-	if keep {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	v := []string{s}
-	m[s] = v[:1:1]
-	c.m.Store(&m)
-	return v
-}
-
-func lenIf(keep bool, m *map[string][]string) int {
-	if !keep {
-		return 0
-	}
-	return len(*m)
+	v.SetHeader(h, &e.httpNames)
 }
 
 // ContentTypeProblem is the media type of the bodies WriteProblem writes

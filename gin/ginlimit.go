@@ -151,11 +151,13 @@ func (m *middleware) next(c *gin.Context, prev *flow.Mark, seen bool) {
 	keys := m.keys.Get().(map[any]any)
 	c.Keys = keys
 	c.Next()
-	if _, ok := keys[flow.MarkName]; ok && len(keys) == 1 && sameMap(c.Keys, keys) {
+	if mk, ok := keys[flow.MarkName]; ok && len(keys) == 1 && sameMap(c.Keys, keys) {
 		c.Keys = nil
 		// A middleware further down, over another limiter, may have
 		// replaced the Mark with one that records both.
-		keys[flow.MarkName] = m.engine.Mark(nil)
+		if self := m.engine.Mark(nil); mk != any(self) {
+			keys[flow.MarkName] = self
+		}
 		m.keys.Put(keys)
 	}
 }
