@@ -127,9 +127,10 @@
 // allocations, as any middleware that adds a context value does), the key
 // strings its key functions build (none for the client IP when it is the
 // TCP peer's IPv4 address; key functions run only for the scopes the
-// policy's rules limit) and two for the header fields that change from
-// response to response (the constant ones are shared slices, made once per
-// rule set): four with the default keys. Resolving the route before chi routes it allocates nothing
+// policy's rules limit) and one for the header fields that change from
+// response to response (their values and the slices holding them share it
+// unless they are long, as with many tiers reported; the constant ones are
+// shared slices, made once per rule set): three with the default keys. Resolving the route before chi routes it allocates nothing
 // more for a route of the root router (the middleware reuses pooled
 // routing contexts and each router's table); a route in a mounted router
 // costs four more, two in chi.Routes.Find and two to join the patterns as

@@ -179,9 +179,10 @@
 // on the request's first Set, here for the mark; two allocations), the
 // key strings its key functions build (none for the client IP when it is
 // the TCP peer's IPv4 address; key functions run only for the scopes the
-// policy's rules limit) and two for the header fields that change from
-// response to response (the constant ones are shared slices, made once per
-// rule set): five with the default keys. Under e.Pre the router lookup
+// policy's rules limit) and one for the header fields that change from
+// response to response (their values and the slices holding them share it
+// unless they are long, as with many tiers reported; the constant ones are
+// shared slices, made once per rule set): four with the default keys. Under e.Pre the router lookup
 // allocates nothing (Echo itself allocates one more per request once it
 // has any pre-middleware). See BenchmarkMiddleware.
 package echolimit

@@ -71,8 +71,9 @@
 // as any middleware that adds a context value does), the key strings its
 // key functions build (none for the client IP when it is the TCP peer's
 // IPv4 address; key functions run only for the scopes the policy's rules
-// limit) and two for the header fields that change from response to
-// response (their values share one string and one slice; the limit, the
+// limit) and one for the header fields that change from response to
+// response (their values and the slices holding them share it, unless they
+// are long, as with many tiers reported, when they take two; the limit, the
 // policy and "no-store" are slices made once per rule set and shared by
 // every response, and must not be modified in place); route templates and
 // header lookups allocate nothing. See BenchmarkMiddleware.
