@@ -1316,9 +1316,9 @@ func refHeaderLines(f *HeaderFormat, d *Decision, tiers []TierState, now time.Ti
 	return lines
 }
 
-// checkSameAsReference checks that Headers and HeaderValues.Format give
-// d's fields exactly as refHeaderLines does, twice (the second time from
-// what the format kept of the first).
+// checkSameAsReference checks that Headers, HeaderValues.Format and
+// HeaderValues.SetHeader give d's fields exactly as refHeaderLines does,
+// twice (the second time from what the format kept of the first).
 func checkSameAsReference(t *testing.T, f *HeaderFormat, d *Decision, tiers []TierState, now time.Time) {
 	t.Helper()
 	want := refHeaderLines(f, d, tiers, now)
@@ -1342,6 +1342,17 @@ func checkSameAsReference(t *testing.T, f *HeaderFormat, d *Decision, tiers []Ti
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("round %d: HeaderValues =\n\t%s\nwant\n\t%s", round, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+		h := map[string][]string{"Other": {"kept"}}
+		v.SetHeader(h, &f.names)
+		if len(h) != len(want)+1 || !slices.Equal(h["Other"], []string{"kept"}) {
+			t.Fatalf("round %d: SetHeader = %q, want the %d fields and Other", round, h, len(want))
+		}
+		for _, line := range want {
+			name, val, _ := strings.Cut(line, ": ")
+			if got := h[name]; !slices.Equal(got, []string{val}) || cap(got) != 1 {
+				t.Fatalf("round %d: SetHeader: %s = %q (cap %d), want [%q] (cap 1)", round, name, got, cap(got), val)
+			}
 		}
 	}
 }
