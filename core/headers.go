@@ -663,9 +663,11 @@ func (v *HeaderValues) SetHeader(h map[string][]string, names *[NumHeaderFields]
 }
 
 // headerBlock holds the values of one response that change from one to
-// the next, for SetHeader: those of an allowed one-tier response (the
-// remaining count, the reset and the RateLimit item, ~50 bytes) or a
-// denied one (Retry-After too) in one allocation.
+// the next, and the slices of them, for SetHeader, in one allocation: up to
+// four values in 80 bytes: the remaining count, the reset and the
+// RateLimit item of one tier with a short name (and Retry-After on a
+// denial), as TestSetHTTPHeaders' allocation count checks for a tier
+// "per-ip" with 2^40 tokens; longer values take SetHeader's two.
 type headerBlock struct {
 	ss [4]string
 	b  [80]byte
