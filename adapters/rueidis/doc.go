@@ -54,7 +54,11 @@
 // costs one round trip, and under load one round trip carries every request
 // that queued during the previous one. Within a call, each key is read and
 // written once, however many requests it serves, and each limit is sent
-// once. WithoutBatching turns this off;
+// once. Identical requests in a call (a hot key's, or a hot set of tiers')
+// are sent once with a count and decided one after the other at the
+// first's place; on token buckets and shaping limits the script decides
+// such a run at once, so a hot key's call costs Redis about what one
+// request costs. WithoutBatching turns this off;
 // rueidis still pipelines concurrent calls on its connections.
 //
 // # Redis Cluster

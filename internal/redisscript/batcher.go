@@ -15,7 +15,8 @@ type Sender func(ctx context.Context, keys []string, args []any, undo int) (stri
 
 // Batcher sends the requests for one hash slot so that requests arriving
 // while a call is in flight go out together, as one script call, in arrival
-// order. It never waits on a timer: an idle Batcher sends at once, so at low
+// order (identical requests together, at the first's place: see
+// Builder.Add). It never waits on a timer: an idle Batcher sends at once, so at low
 // load a decision costs one round trip, as without batching; under load each
 // round trip carries every request that queued during the previous one.
 // A Batcher is safe for concurrent use.
@@ -238,7 +239,7 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 		var reply string
 		reply, undo, err = b.send(ctx, bld.Keys, bld.Args(), buckets)
 		if err == nil {
-			at, err = Decode(reply, calls)
+			at, err = bld.Decode(reply, calls)
 		}
 		clear(calls)
 		b.calls = calls[:0]

@@ -22,6 +22,13 @@
 // parses or formats decimal numbers, and decoding a reply allocates
 // nothing.
 //
+// Identical requests in one call (a hot key's, or a hot set of tiers')
+// travel as one request with a count, a run, decided one after the other
+// at the place of the first (see Builder.Add). On token buckets and shaping
+// limits the fast path below decides a run at once, and answers it with one
+// record per bucket from which the client derives each request's states
+// (Builder.Decode): a run costs the script about what one request costs.
+//
 // The script opens with a fast path for the common call, a take on token
 // buckets and shaping limits of at most 100 days: a small function that
 // decides it as the rest of the script would and returns, so that the rest
@@ -62,6 +69,7 @@
 package redisscript
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -272,7 +280,27 @@ type Builder struct {
 	index  map[string]int
 	minTTL any           // the boxed argument; nil: "0"
 	ttl    time.Duration // what minTTL was set from
+
+	runs   []run   // the requests sent, in order: runs of identical ones
+	placed []place // per request added, where it went
+	byKey  []int32 // per key index - 1: 1 + the last run whose first bucket it is; 0: none
 }
+
+// run is one request in ARGV[5], standing for count identical ones.
+type run struct {
+	off   int   // of its encoding in rbuf
+	m     int   // its buckets
+	count int   // the requests it stands for
+	prev  int32 // 1 + the run before it with the same first key; 0: none
+	rec   int   // Decode: the offset of its records in the reply
+	runs  bool  // Decode: answered in one record per bucket (code 3)
+}
+
+// place is where a request added went: its run, and its position there.
+type place struct{ run, pos int32 }
+
+// runCode is the code of a record that answers a whole run (see take.lua).
+const runCode = 3
 
 // SetMinTTL sets the least time to live of every key the call writes,
 // rounded up to the millisecond; 0 (the default) keeps each key exactly
@@ -293,6 +321,9 @@ func (b *Builder) Reset(now, mode string) {
 	clear(b.undo)
 	b.Keys, b.limits, b.undo = b.Keys[:0], b.limits[:0], b.undo[:0]
 	b.lbuf, b.rbuf = b.lbuf[:0], b.rbuf[:0]
+	b.runs, b.placed = b.runs[:0], b.placed[:0]
+	clear(b.byKey)
+	b.byKey = b.byKey[:0]
 	b.now, b.mode = now, mode
 	clear(b.index)
 }
@@ -301,16 +332,98 @@ func (b *Builder) Reset(now, mode string) {
 func (b *Builder) Mode() string { return b.mode }
 
 // Add appends one request: its cost (a uint64, at most core.MaxCost, which
-// a double holds exactly; core.CheckTake refuses more) and bucket count
-// (uint32), then per bucket the 1-based index of its key and of its limit
-// (uint32 each), all little-endian.
+// a double holds exactly; core.CheckTake refuses more), a count (uint32) and
+// its bucket count (uint32), then per bucket the 1-based index of its key
+// and of its limit (uint32 each), all little-endian.
+//
+// In ModeTake, a request identical to one added before (the same cost,
+// above 0, and the same buckets, keys and limits in the same order, no key
+// twice) joins it as a run: the count of the first goes up, and the script
+// decides them one after the other, at the first's place. The requests of
+// one call are concurrent, so that this order is as valid as the order
+// they were added in; a hot key's requests then cost the script one
+// request's work, and its answer one record per bucket (see Decode).
 func (b *Builder) Add(c *Call) {
-	b.rbuf = binary.LittleEndian.AppendUint64(b.rbuf, uint64(min(max(c.Cost, 0), core.MaxCost)))
-	b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(len(c.Buckets)))
+	off, m := len(b.rbuf), len(c.Buckets)
+	cost := uint64(min(max(c.Cost, 0), core.MaxCost))
+	b.rbuf = binary.LittleEndian.AppendUint64(b.rbuf, cost)
+	b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, 1)
+	b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(m))
 	for i := range c.Buckets {
 		b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(b.keyIndex(c.Keys[i])))
 		b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(b.limitIndex(c.Buckets[i].Limit)))
 	}
+	if b.mode == ModeTake && cost > 0 && m > 0 && m <= maxRunBuckets {
+		req := b.rbuf[off:]
+		first := int(binary.LittleEndian.Uint32(req[16:])) - 1
+		for len(b.byKey) <= first {
+			b.byKey = append(b.byKey, 0)
+		}
+		// The runs whose first key this is, latest first: a few shapes of
+		// request per key are looked at, not a call's every request.
+		r := b.byKey[first] - 1
+		for range maxRunLook {
+			if r < 0 {
+				break
+			}
+			ru := &b.runs[r]
+			if ru.m == m && string(b.rbuf[ru.off:ru.off+8]) == string(req[:8]) &&
+				string(b.rbuf[ru.off+16:ru.off+16+8*m]) == string(req[16:]) {
+				ru.count++
+				binary.LittleEndian.PutUint32(b.rbuf[ru.off+8:], uint32(ru.count))
+				b.rbuf = b.rbuf[:off]
+				b.placed = append(b.placed, place{run: r, pos: int32(ru.count - 1)})
+				return
+			}
+			r = ru.prev - 1
+		}
+		if distinctKeys(req[16:]) {
+			b.runs = append(b.runs, run{off: off, m: m, count: 1, prev: b.byKey[first]})
+			b.byKey[first] = int32(len(b.runs))
+			b.placed = append(b.placed, place{run: int32(len(b.runs) - 1)})
+			return
+		}
+	}
+	b.runs = append(b.runs, run{off: off, m: m, count: 1})
+	b.placed = append(b.placed, place{run: int32(len(b.runs) - 1)})
+}
+
+// Order returns the indexes of the requests added since Reset (0 for the
+// first added) in the order the script decides them: run after run, a
+// run's requests in the order they were added.
+func (b *Builder) Order() []int {
+	start := make([]int, len(b.runs))
+	n := 0
+	for i, r := range b.runs {
+		start[i] = n
+		n += r.count
+	}
+	out := make([]int, n)
+	for i, p := range b.placed {
+		out[start[p.run]+int(p.pos)] = i
+	}
+	return out
+}
+
+// maxRunLook is how many runs of the same first key Add compares a request
+// with.
+const maxRunLook = 8
+
+// maxRunBuckets bounds the buckets of a request that runs may hold: enough
+// for every policy of a few tiers, and a bound on distinctKeys' work.
+const maxRunBuckets = 8
+
+// distinctKeys reports whether the buckets encoded in enc (8 bytes each,
+// the key index first) have distinct keys.
+func distinctKeys(enc []byte) bool {
+	for i := 0; i < len(enc); i += 8 {
+		for j := i + 8; j < len(enc); j += 8 {
+			if string(enc[i:i+4]) == string(enc[j:j+4]) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // AddRefund appends a request giving back what c took in a ModeTakeUndo
@@ -402,14 +515,79 @@ const (
 )
 
 // Decode decodes reply, the binary string the script returned for a call
-// built from calls, in the same order, into their States, and returns the
-// time the script used. Every value is checked: a reply that is not what
-// the script returns means something is wrong between here and Redis.
+// built from calls, one request each and in the same order (no runs), into
+// their States, and returns the time the script used. Every value is
+// checked: a reply that is not what the script returns means something is
+// wrong between here and Redis.
 func Decode(reply string, calls []*Call) (time.Time, error) {
 	n := 0
 	for _, c := range calls {
 		n += len(c.States)
 	}
+	at, err := decodeTime(reply, n)
+	if err != nil {
+		return time.Time{}, err
+	}
+	k := HeaderSize
+	for _, c := range calls {
+		if err := decodeRecords(reply[k:], c.States); err != nil {
+			return time.Time{}, err
+		}
+		k += len(c.States) * RecordSize
+	}
+	return at, nil
+}
+
+// Decode decodes reply, the binary string the script returned for the call
+// b built, into the States of calls, the requests added since Reset in the
+// order they were added, and returns the time the script used. A run the
+// script answered in one record per bucket is expanded here: each request's
+// states are what the script would have answered it, request by request
+// (TestFastPathSameAsGeneral compares the two), and the number the records
+// say were admitted must be the number that the records' debts admit.
+func (b *Builder) Decode(reply string, calls []*Call) (time.Time, error) {
+	if len(calls) != len(b.placed) {
+		return time.Time{}, fmt.Errorf("ratelimit: redis: %d requests to decode, %d added", len(calls), len(b.placed))
+	}
+	if len(reply) < HeaderSize {
+		return time.Time{}, fmt.Errorf("%w: %d bytes", ErrReply, len(reply))
+	}
+	k := HeaderSize
+	for i := range b.runs {
+		r := &b.runs[i]
+		r.rec = k
+		r.runs = r.count > 1 && k < len(reply) && reply[k] == runCode
+		if r.runs {
+			k += r.m * RecordSize
+		} else {
+			k += r.count * r.m * RecordSize
+		}
+	}
+	at, err := decodeTime(reply, (k-HeaderSize)/RecordSize)
+	if err != nil || len(reply) != k {
+		return time.Time{}, cmp.Or(err, fmt.Errorf("%w: %d bytes, %d expected", ErrReply, len(reply), k))
+	}
+	for i, c := range calls {
+		p := b.placed[i]
+		r := &b.runs[p.run]
+		if len(c.States) != r.m || len(c.Buckets) != r.m {
+			return time.Time{}, fmt.Errorf("ratelimit: redis: request %d has %d buckets and %d states, %d added", i, len(c.Buckets), len(c.States), r.m)
+		}
+		if r.runs {
+			err = expandRun(reply[r.rec:r.rec+r.m*RecordSize], r.count, int(p.pos), c)
+		} else {
+			err = decodeRecords(reply[r.rec+int(p.pos)*r.m*RecordSize:], c.States)
+		}
+		if err != nil {
+			return time.Time{}, err
+		}
+	}
+	return at, nil
+}
+
+// decodeTime checks that reply holds a header and n records, and decodes
+// the header's time.
+func decodeTime(reply string, n int) (time.Time, error) {
 	if len(reply) != HeaderSize+n*RecordSize {
 		return time.Time{}, fmt.Errorf("%w: %d bytes for %d buckets", ErrReply, len(reply), n)
 	}
@@ -418,26 +596,117 @@ func Decode(reply string, calls []*Call) (time.Time, error) {
 	if sec < 0 || ns < 0 || ns >= 1e9 {
 		return time.Time{}, fmt.Errorf("%w: time %d.%09d", ErrReply, sec, ns)
 	}
-	k := HeaderSize
-	for _, c := range calls {
-		for i := range c.States {
-			r := reply[k : k+RecordSize]
-			k += RecordSize
-			code := core.Reason(r[0])
-			rem, reset, wait := int64(le64(r[1:])), int64(le64(r[9:])), int64(le64(r[17:]))
-			if code > core.ReasonCostExceedsLimit || rem < 0 || reset < 0 || wait < 0 || code == core.ReasonCostExceedsLimit && wait != 0 {
-				return time.Time{}, fmt.Errorf("%w: bucket %d: code %d, remaining %d, reset %d, wait %d", ErrReply, i, code, rem, reset, wait)
-			}
-			st := core.BucketState{Allowed: code == core.ReasonNone, Reason: code, Remaining: rem, ResetAfter: time.Duration(reset)}
-			if st.Allowed {
-				st.Delay = time.Duration(wait)
-			} else {
-				st.RetryAfter = time.Duration(wait)
-			}
-			c.States[i] = st
-		}
-	}
 	return time.Unix(sec, ns), nil
+}
+
+// decodeRecords decodes len(states) records from the start of recs.
+func decodeRecords(recs string, states []core.BucketState) error {
+	for i := range states {
+		r := recs[i*RecordSize : (i+1)*RecordSize]
+		code := core.Reason(r[0])
+		rem, reset, wait := int64(le64(r[1:])), int64(le64(r[9:])), int64(le64(r[17:]))
+		if code > core.ReasonCostExceedsLimit || rem < 0 || reset < 0 || wait < 0 || code == core.ReasonCostExceedsLimit && wait != 0 {
+			return fmt.Errorf("%w: bucket %d: code %d, remaining %d, reset %d, wait %d", ErrReply, i, code, rem, reset, wait)
+		}
+		st := core.BucketState{Allowed: code == core.ReasonNone, Reason: code, Remaining: rem, ResetAfter: time.Duration(reset)}
+		if st.Allowed {
+			st.Delay = time.Duration(wait)
+		} else {
+			st.RetryAfter = time.Duration(wait)
+		}
+		states[i] = st
+	}
+	return nil
+}
+
+// expandRun sets c.States to what the script answers the request at
+// position pos of a run of count identical requests, c's, from the run's
+// records: per bucket the code 3, its debt before the run and the number
+// admitted. Request pos sees each bucket's debt plus need (cost times the
+// interval) for each request admitted before it, as the script's request
+// by request path decides (take.lua).
+func expandRun(recs string, count, pos int, c *Call) error {
+	adm := int64(count)
+	var raw [maxRunBuckets]int64
+	for i := range c.States {
+		r := recs[i*RecordSize : (i+1)*RecordSize]
+		l := c.Buckets[i].Limit
+		raw[i] = int64(le64(r[1:]))
+		n := int64(le64(r[9:]))
+		if r[0] != runCode || raw[i] < 0 || raw[i] >= 1<<53 || n < 0 || n > int64(count) || le64(r[17:]) != 0 ||
+			i > 0 && n != adm || !runnable(l) {
+			return fmt.Errorf("%w: run of %d, bucket %d: record %x", ErrReply, count, i, r)
+		}
+		adm = n
+	}
+	// The records' debts admit exactly the number they report.
+	admits := int64(count)
+	for i := range c.States {
+		admits = min(admits, runCap(c.Buckets[i].Limit, raw[i], c.Cost))
+	}
+	if admits != adm {
+		return fmt.Errorf("%w: run of %d: %d admitted, the debts admit %d", ErrReply, count, adm, admits)
+	}
+	allowed := int64(pos) < adm
+	before := min(int64(pos), adm)
+	for i := range c.States {
+		l := c.Buckets[i].Limit
+		c.States[i] = tokenState(l, raw[i]+before*c.Cost*int64(l.Interval()), c.Cost, allowed)
+	}
+	return nil
+}
+
+// runnable reports whether the script's fast path decides l: a token bucket
+// or shaping limit at nanosecond resolution.
+func runnable(l *core.Limit) bool {
+	a := l.Algorithm()
+	return (a == core.AlgTokenBucket || a == core.AlgShaping) && l.Resolution() != time.Microsecond
+}
+
+// runCap returns how many requests of cost > 0 in a row l admits from a
+// bucket owing raw ns, as take.lua's fast path counts them.
+func runCap(l *core.Limit, raw, cost int64) int64 {
+	if cost > l.Burst() {
+		return 0
+	}
+	need := cost * int64(l.Interval())
+	lim := int64(l.Window()) - need - raw
+	if l.Algorithm() == core.AlgShaping {
+		lim += int64(l.MaxWait())
+	}
+	if lim < 0 {
+		return 0
+	}
+	return lim/need + 1
+}
+
+// tokenState is take.lua's answer for a bucket of token bucket or shaping
+// limit l owing raw ns, to a request of cost: allowed, when the request as
+// a whole passes (then this bucket does), or not; a bucket that would pass
+// a denied request reports its balance as it stands.
+func tokenState(l *core.Limit, raw, cost int64, allowed bool) core.BucketState {
+	interval, tau := int64(l.Interval()), int64(l.Window())
+	room := tau - raw
+	st := core.BucketState{Allowed: true, Remaining: max(room, 0) / interval, ResetAfter: time.Duration(raw)}
+	need := cost * interval
+	wait := need - room
+	shaping := l.Algorithm() == core.AlgShaping
+	switch {
+	case cost > l.Burst():
+		st.Allowed, st.Reason = false, core.ReasonCostExceedsLimit
+	case wait <= 0 || shaping && wait <= int64(l.MaxWait()):
+		if allowed {
+			st.Delay = time.Duration(max(wait, 0))
+			st.Remaining = max(room-need, 0) / interval
+			st.ResetAfter = time.Duration(raw + need)
+		}
+	default:
+		if shaping {
+			wait -= int64(l.MaxWait())
+		}
+		st.Allowed, st.Reason, st.RetryAfter = false, core.ReasonLimited, time.Duration(wait)
+	}
+	return st
 }
 
 func le64(s string) uint64 {

@@ -119,6 +119,7 @@ type parsedCall struct {
 
 type parsedReq struct {
 	cost    int64
+	count   int      // identical requests it stands for
 	buckets [][2]int // key index, limit index (from 1)
 }
 
@@ -151,9 +152,9 @@ func parseCall(t testing.TB, args []any) parsedCall {
 	}
 	rb := []byte(s[4])
 	for len(rb) > 0 {
-		r := parsedReq{cost: int64(binary.LittleEndian.Uint64(rb))}
-		m := int(binary.LittleEndian.Uint32(rb[8:]))
-		rb = rb[12:]
+		r := parsedReq{cost: int64(binary.LittleEndian.Uint64(rb)), count: int(binary.LittleEndian.Uint32(rb[8:]))}
+		m := int(binary.LittleEndian.Uint32(rb[12:]))
+		rb = rb[16:]
 		for range m {
 			r.buckets = append(r.buckets, [2]int{int(binary.LittleEndian.Uint32(rb)), int(binary.LittleEndian.Uint32(rb[4:]))})
 			rb = rb[8:]
@@ -175,7 +176,7 @@ func TestBuilder(t *testing.T) {
 	got := parseCall(t, b.Args())
 	want := parsedCall{now: "", mode: "t", minTTL: "0",
 		limits: [][5]int64{{1, 100000000, 5000000000, 50, 0}, {4, 60000000000, 100, 0, 0}},
-		reqs:   []parsedReq{{1, [][2]int{{1, 1}}}, {2000, [][2]int{{2, 2}, {1, 1}}}},
+		reqs:   []parsedReq{{1, 1, [][2]int{{1, 1}}}, {2000, 1, [][2]int{{2, 2}, {1, 1}}}},
 	}
 	if !reflect.DeepEqual(got.limits, want.limits) || !reflect.DeepEqual(got.reqs, want.reqs) ||
 		got.now != want.now || got.mode != want.mode || got.minTTL != want.minTTL || len(got.refunds) != 0 {
@@ -189,7 +190,7 @@ func TestBuilder(t *testing.T) {
 	b.AddRefund(&Call{Cost: 3, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: &rules[0].Limit}}, Keys: []string{"k9"}}, []string{"before", "written"})
 	got = parseCall(t, b.Args())
 	if len(b.Keys) != 1 || got.now != "123" || got.mode != "r" || got.minTTL != "2" || len(got.limits) != 1 ||
-		!reflect.DeepEqual(got.reqs, []parsedReq{{3, [][2]int{{1, 1}}}}) || !slices.Equal(got.refunds, []string{"written", "before"}) {
+		!reflect.DeepEqual(got.reqs, []parsedReq{{3, 1, [][2]int{{1, 1}}}}) || !slices.Equal(got.refunds, []string{"written", "before"}) {
 		t.Errorf("after Reset and AddRefund: Keys %q, args %+v", b.Keys, got)
 	}
 	// Many keys: the index map takes over from the linear scan.
@@ -374,11 +375,18 @@ func (f *fakeScript) send(ctx context.Context, keys []string, args []any, undo i
 		f.taken = map[string]bool{}
 	}
 	c := parseCall(f.t, args)
-	f.batches = append(f.batches, len(c.reqs))
+	// The requests one by one, a run's in a row.
+	var reqs []parsedReq
+	for _, r := range c.reqs {
+		for range r.count {
+			reqs = append(reqs, r)
+		}
+	}
+	f.batches = append(f.batches, len(reqs))
 	f.modes = append(f.modes, c.mode)
 	var out []core.BucketState
 	var vals []string
-	for _, r := range c.reqs {
+	for _, r := range reqs {
 		for _, bk := range r.buckets {
 			key := keys[bk[0]-1]
 			if f.taken[key] {

@@ -18,9 +18,11 @@
 --   the time truncated to the microsecond, with a bucket's stored time
 --   rounded up to one.
 -- ARGV[5]  the requests, little-endian: per request its cost (uint64, at
---          most core.MaxCost, 2^50) and its number of buckets (uint32), then
---          per bucket the index of its key in KEYS and of its limit in
---          ARGV[4] (uint32 each, from 1)
+--          most core.MaxCost, 2^50), a count (uint32) and its number of
+--          buckets (uint32), then per bucket the index of its key in KEYS
+--          and of its limit in ARGV[4] (uint32 each, from 1). A count above
+--          1 (mode "t" only, cost > 0) stands for a run of that many
+--          identical requests, one after another.
 -- ARGV[6…] in mode "r", two per bucket in order: the value its take wrote
 --          and the value before it, from mode "u"
 --
@@ -32,8 +34,11 @@
 -- (int64 seconds, int32 nanoseconds), then per request and bucket a code
 -- (one byte: 0 allowed, 1 limited, 2 cost above the limit) and three int64,
 -- remaining, reset ns and wait ns (the delay when allowed, the retry when
--- denied); all little-endian. Mode "u" adds the undo array as the second
--- element.
+-- denied); all little-endian. A run is answered request by request, or,
+-- when the fast path decides it, by one record per bucket: the code 3, the
+-- bucket's debt (TAT minus the time used, >= 0) before the run, the number
+-- of its requests admitted, and 0. Mode "u" adds the undo array as the
+-- second element.
 --
 -- Within one call each key is read once (GET) and written once at the end
 -- (SET with PX): a request decides on the state the requests before it in
@@ -75,8 +80,9 @@ local byte, rep, concat = string.byte, string.rep, table.concat
 -- The common call first, kept small so that Redis runs little code for
 -- it: mode "t" on token buckets and shaping limits of at most 100 days
 -- (limit codes 1 and 2). fast decides it as the rest of this script would,
--- with the same values and reply (a test compares the two on random
--- calls), and returns nil, having written nothing, for whatever it leaves
+-- with the same values and reply, but for runs, which it answers in one
+-- record per bucket that stands for the rest's records (a test compares
+-- the two on random calls), and returns nil, having written nothing, for whatever it leaves
 -- to the rest: another mode or limit code, malformed arguments, a bucket
 -- written under another fill time (a limit change, which rescales), a
 -- bucket 2^53 ns or more ahead of the time used. The definitions below it
@@ -113,121 +119,198 @@ local function fast()
 
   local kalg, ks, kns, kspan, kttl = {}, {}, {}, {}, {}
   local order, nord = {}, 0
+  -- read returns the algorithm of key k's value, reading it once per call
+  -- (false for a value that is not a 21-byte token bucket or shaping value:
+  -- no bucket, a new one), or nil for an index past KEYS.
+  local function read(k)
+    local kal = kalg[k]
+    if kal ~= nil then return kal end
+    local key = KEYS[k]
+    if not key then return nil end
+    kal = false
+    local v = redis.call('GET', key)
+    if v and #v == 21 then
+      local tag = byte(v, 1)
+      if tag == 1 or tag == 2 then
+        kal = tag
+        ks[k], kns[k], kspan[k] = sunpack('<i8i4i8', v, 2)
+      end
+    end
+    kalg[k] = kal
+    return kal
+  end
+  -- debt returns key k's debt at the time used, its TAT ahead of it, >= 0,
+  -- for a value of the limit's algorithm and fill time tau; nil for one
+  -- written under another fill time or 2^53 ns or more ahead.
+  local function debt(k, tau)
+    local span = kspan[k]
+    if span > 0 and span ~= tau then return nil end
+    local raw = (ks[k] - now_s) * E9 + (kns[k] - now_ns)
+    if raw < 0 then return 0 end
+    if raw >= TWO53 then return nil end
+    return raw
+  end
+  -- tat returns the time used plus d ns, d >= 0, as a pair, and its time
+  -- to live: d, rounded up so that the TAT is a whole microsecond.
+  local function tat(d)
+    local r = fmod(d, E9)
+    local s, ns = now_s + (d - r) / E9, now_ns + r
+    if ns >= E9 then s, ns = s + 1, ns - E9 end
+    r = fmod(ns, 1000)
+    if r > 0 then return s, ns, d + 1000 - r end
+    return s, ns, d
+  end
   local out, nout = {}, 0
   local bk, bj, bnext, bs, bns, bttl, broom, braw = {}, {}, {}, {}, {}, {}, {}, {}
   blob = ARGV[5]
   local pos, size = 1, #blob
   while pos <= size do
-    if pos + 11 > size then return nil end
-    local c1, c2, c3, c4, c5, c6, c7, c8, m1, m2, m3, m4 = byte(blob, pos, pos + 11)
-    pos = pos + 12
+    if pos + 15 > size then return nil end
+    local c1, c2, c3, c4, c5, c6, c7, c8, n1, n2, n3, n4, m1, m2, m3, m4 = byte(blob, pos, pos + 15)
+    pos = pos + 16
     if c8 ~= 0 then return nil end
     local cost = c1 + 256 * (c2 + 256 * (c3 + 256 * (c4 + 256 * (c5 + 256 * (c6 + 256 * c7)))))
+    local count = n1 + 256 * (n2 + 256 * (n3 + 256 * n4))
     local m = m1 + 256 * (m2 + 256 * (m3 + 256 * m4))
     if pos + 8 * m - 1 > size then return nil end
-    local allowed = true
-    for i = 1, m do
-      local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
-      pos = pos + 8
-      local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
-      local alg = lalg[j]
-      if not KEYS[k] or not alg then return nil end
-      local kal = kalg[k]
-      if kal == nil then
-        -- Read once per call. A value that is not a 21-byte token bucket or
-        -- shaping value is no bucket: a new one.
-        kal = false
-        local v = redis.call('GET', KEYS[k])
-        if v and #v == 21 then
-          local tag = byte(v, 1)
-          if tag == 1 or tag == 2 then
-            kal = tag
-            ks[k], kns[k], kspan[k] = sunpack('<i8i4i8', v, 2)
-          end
-        end
-        kalg[k] = kal
-      end
-      local interval, tau = la[j], lb[j]
-      local raw = 0
-      if kal == alg then
-        local span = kspan[k]
-        if span > 0 and span ~= tau then return nil end
-        raw = (ks[k] - now_s) * E9 + (kns[k] - now_ns)
-        if raw < 0 then
-          raw = 0
-        elseif raw >= TWO53 then
-          return nil
-        end
-      end
-      local room = tau - raw
-      local roompos = room
-      if roompos < 0 then roompos = 0 end
-      local need = cost * interval
-      local wait = need - room
-      local reason, rem, reset, w = 0, (roompos - fmod(roompos, interval)) / interval, raw, 0
-      local nx = false
-      if cost > lc[j] then
-        reason, allowed = 2, false
-      elseif cost > 0 then
-        if wait <= 0 or (alg == 2 and wait <= ld[j]) then
-          if wait > 0 then w = wait end
-          local left = room - need
-          if left < 0 then left = 0 end
-          local d = raw + need
-          local r = fmod(d, E9)
-          local s, ns = now_s + (d - r) / E9, now_ns + r
-          if ns >= E9 then s, ns = s + 1, ns - E9 end
-          local ttl = d
-          r = fmod(ns, 1000)
-          if r > 0 then ttl = ttl + 1000 - r end
-          rem, reset, nx = (left - fmod(left, interval)) / interval, d, true
-          if m == 1 then
-            -- Alone, it decides its request: written at once.
-            kalg[k], ks[k], kns[k], kspan[k] = alg, s, ns, tau
-            if not kttl[k] then
-              nord = nord + 1
-              order[nord] = k
-            end
-            kttl[k] = ttl
-          else
-            bs[i], bns[i], bttl[i] = s, ns, ttl
-          end
-        else
-          if alg == 2 then wait = wait - ld[j] end
-          reason, w, allowed = 1, wait, false
-        end
-      end
-      if m > 1 then
-        bk[i], bj[i], bnext[i], broom[i], braw[i] = k, j, nx, roompos, raw
-      end
-      out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, w
-      nout = nout + 4
-    end
-    if m == 1 then
-      -- Decided and written above; a denial has no allowing bucket to
-      -- report.
-    elseif allowed then
+    if count ~= 1 then
+      -- A run of count identical requests of cost > 0, decided at once:
+      -- at one time, each admitted request adds need to every bucket's
+      -- debt, and once one is denied every later one is, nothing having
+      -- changed. A request at debt raw passes a bucket while raw <= tau -
+      -- need (+ max wait when shaping), so the first lim / need + 1 pass,
+      -- lim the margin at the run's start (exact: fmod is, and every
+      -- value is an integer below 2^53). Each bucket's record is the code
+      -- 3, its debt at the run's start and the number admitted; the client
+      -- derives every request's state from them (redisscript.Builder).
+      if count < 2 or cost == 0 or m == 0 then return nil end
+      local adm = count
       for i = 1, m do
-        if bnext[i] then
-          local k, j = bk[i], bj[i]
-          kalg[k], ks[k], kns[k], kspan[k] = lalg[j], bs[i], bns[i], lb[j]
+        local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
+        pos = pos + 8
+        local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
+        local alg = lalg[j]
+        if not alg then return nil end
+        local kal = read(k)
+        if kal == nil then return nil end
+        local raw = 0
+        if kal == alg then
+          raw = debt(k, lb[j])
+          if not raw then return nil end
+        end
+        local need = cost * la[j]
+        local lim = -1
+        if cost <= lc[j] then
+          lim = lb[j] - need - raw
+          if alg == 2 then lim = lim + ld[j] end
+        end
+        if lim < 0 then
+          adm = 0
+        elseif lim >= TWO53 then
+          return nil
+        else
+          local cap = (lim - fmod(lim, need)) / need + 1
+          if cap < adm then adm = cap end
+        end
+        bk[i], bj[i], braw[i] = k, j, raw
+      end
+      for i = 1, m do
+        local k, j, raw = bk[i], bj[i], braw[i]
+        if adm > 0 then
+          local d = raw + adm * (cost * la[j])
+          if d >= TWO53 then return nil end
+          local s, ns, ttl = tat(d)
+          kalg[k], ks[k], kns[k], kspan[k] = lalg[j], s, ns, lb[j]
           if not kttl[k] then
             nord = nord + 1
             order[nord] = k
           end
-          kttl[k] = bttl[i]
+          kttl[k] = ttl
         end
+        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = 3, raw, adm, 0
+        nout = nout + 4
       end
     else
-      -- Nothing is consumed: an allowing bucket reports its balance as it
-      -- stands, as a read of cost 0.
-      local o = nout - 4 * m
+      local allowed = true
       for i = 1, m do
-        if out[o + 1] == 0 then
-          local roompos, j = broom[i], bj[i]
-          out[o + 2], out[o + 3], out[o + 4] = (roompos - fmod(roompos, la[j])) / la[j], braw[i], 0
+        local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
+        pos = pos + 8
+        local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
+        local alg = lalg[j]
+        if not alg then return nil end
+        local kal = read(k)
+        if kal == nil then return nil end
+        local interval, tau = la[j], lb[j]
+        local raw = 0
+        if kal == alg then
+          raw = debt(k, tau)
+          if not raw then return nil end
         end
-        o = o + 4
+        local room = tau - raw
+        local roompos = room
+        if roompos < 0 then roompos = 0 end
+        local need = cost * interval
+        local wait = need - room
+        local reason, rem, reset, w = 0, (roompos - fmod(roompos, interval)) / interval, raw, 0
+        local nx = false
+        if cost > lc[j] then
+          reason, allowed = 2, false
+        elseif cost > 0 then
+          if wait <= 0 or (alg == 2 and wait <= ld[j]) then
+            if wait > 0 then w = wait end
+            local left = room - need
+            if left < 0 then left = 0 end
+            local d = raw + need
+            local s, ns, ttl = tat(d)
+            rem, reset, nx = (left - fmod(left, interval)) / interval, d, true
+            if m == 1 then
+              -- Alone, it decides its request: written at once.
+              kalg[k], ks[k], kns[k], kspan[k] = alg, s, ns, tau
+              if not kttl[k] then
+                nord = nord + 1
+                order[nord] = k
+              end
+              kttl[k] = ttl
+            else
+              bs[i], bns[i], bttl[i] = s, ns, ttl
+            end
+          else
+            if alg == 2 then wait = wait - ld[j] end
+            reason, w, allowed = 1, wait, false
+          end
+        end
+        if m > 1 then
+          bk[i], bj[i], bnext[i], broom[i], braw[i] = k, j, nx, roompos, raw
+        end
+        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, w
+        nout = nout + 4
+      end
+      if m == 1 then
+        -- Decided and written above; a denial has no allowing bucket to
+        -- report.
+      elseif allowed then
+        for i = 1, m do
+          if bnext[i] then
+            local k, j = bk[i], bj[i]
+            kalg[k], ks[k], kns[k], kspan[k] = lalg[j], bs[i], bns[i], lb[j]
+            if not kttl[k] then
+              nord = nord + 1
+              order[nord] = k
+            end
+            kttl[k] = bttl[i]
+          end
+        end
+      else
+        -- Nothing is consumed: an allowing bucket reports its balance as it
+        -- stands, as a read of cost 0.
+        local o = nout - 4 * m
+        for i = 1, m do
+          if out[o + 1] == 0 then
+            local roompos, j = broom[i], bj[i]
+            out[o + 2], out[o + 3], out[o + 4] = (roompos - fmod(roompos, la[j])) / la[j], braw[i], 0
+          end
+          o = o + 4
+        end
       end
     end
   end
@@ -807,13 +890,15 @@ local keys, lims, oks, nexts, ttls, tats, tatns, before, after = {}, {}, {}, {},
 local blob = ARGV[5]
 local pos, size, argi = 1, #blob, 6
 while pos <= size do
-  if pos + 11 > size then return redis.error_reply('ERR ratelimit: bad request arguments') end
-  local c1, c2, c3, c4, c5, c6, c7, c8, m1, m2, m3, m4 = byte(blob, pos, pos + 11)
-  pos = pos + 12
+  if pos + 15 > size then return redis.error_reply('ERR ratelimit: bad request arguments') end
+  local c1, c2, c3, c4, c5, c6, c7, c8, n1, n2, n3, n4, m1, m2, m3, m4 = byte(blob, pos, pos + 15)
+  pos = pos + 16
   if c8 ~= 0 then return redis.error_reply('ERR ratelimit: bad cost') end
   cost = c1 + 256 * (c2 + 256 * (c3 + 256 * (c4 + 256 * (c5 + 256 * (c6 + 256 * c7)))))
+  local count = n1 + 256 * (n2 + 256 * (n3 + 256 * n4))
   local m = m1 + 256 * (m2 + 256 * (m3 + 256 * m4))
   if pos + 8 * m - 1 > size then return redis.error_reply('ERR ratelimit: bad request arguments') end
+  if count < 1 or (count > 1 and mode ~= 't') then return redis.error_reply('ERR ratelimit: bad request count') end
   for i = 1, m do
     local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
     pos = pos + 8
@@ -828,78 +913,82 @@ while pos <= size do
     end
   end
   if mode == 'r' then cost = 0 end -- then report each bucket as it stands
-  if undo_mode then
-    for i = 1, m do
-      load(keys[i])
-      before[i] = values[keys[i]]
-    end
-  end
-  local allowed = true
-  local base = nout
-  for i = 1, m do
-    local key, j = keys[i], lims[i]
-    local st = states[key]
-    if st == nil then st = load(key) end
-    local ok, reason, rem, reset, wait, nx, ttl
-    local alg = lalg[j]
-    if alg <= 2 and not llong[j] then
-      if st and st[1] ~= alg then st = false end
-      ok, reason, rem, reset, wait, nx, ttl = decide_bucket(st, alg, false, la[j], lb[j], lc[j], ld[j])
-    else
-      ok, reason, rem, reset, wait, nx, ttl = decide(st, j)
-    end
-    if ok == 0 then allowed = false end
-    oks[i], nexts[i], ttls[i] = ok, nx, ttl
-    if nx == true then tats[i], tatns[i] = next_s, next_ns end
-    out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, wait
-    nout = nout + 4
-  end
-  if allowed and cost > 0 then
-    for i = 1, m do
-      local key, nx = keys[i], nexts[i]
-      after[i] = ''
-      if nx then
-        if nx == true then
-          -- A token bucket's state is updated in place, or made once.
-          local j = lims[i]
-          local st = states[key]
-          if st and st[1] == lalg[j] then
-            st[2], st[3], st[4] = tats[i], tatns[i], lb[j]
-          else
-            states[key] = { lalg[j], tats[i], tatns[i], lb[j] }
-          end
-        else
-          states[key] = nx
-        end
-        if not written[key] then order[#order + 1] = key end
-        written[key] = ttls[i]
-        if undo_mode then
-          after[i] = encode(states[key])
-          values[key] = after[i]
-        end
-      end
-    end
-  else
-    if not allowed then
-      -- Nothing is consumed: report each allowing bucket's balance as it
-      -- stands, reading with cost 0.
-      local saved = cost
-      cost = 0
+  -- A run of count identical requests (mode "t") is decided one request
+  -- after another.
+  for _ = 1, count do
+    if undo_mode then
       for i = 1, m do
-        if oks[i] == 1 then
-          local _, reason, rem, reset = decide(load(keys[i]), lims[i])
-          local o = base + 4 * (i - 1)
-          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = reason, rem, reset, 0
+        load(keys[i])
+        before[i] = values[keys[i]]
+      end
+    end
+    local allowed = true
+    local base = nout
+    for i = 1, m do
+      local key, j = keys[i], lims[i]
+      local st = states[key]
+      if st == nil then st = load(key) end
+      local ok, reason, rem, reset, wait, nx, ttl
+      local alg = lalg[j]
+      if alg <= 2 and not llong[j] then
+        if st and st[1] ~= alg then st = false end
+        ok, reason, rem, reset, wait, nx, ttl = decide_bucket(st, alg, false, la[j], lb[j], lc[j], ld[j])
+      else
+        ok, reason, rem, reset, wait, nx, ttl = decide(st, j)
+      end
+      if ok == 0 then allowed = false end
+      oks[i], nexts[i], ttls[i] = ok, nx, ttl
+      if nx == true then tats[i], tatns[i] = next_s, next_ns end
+      out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, wait
+      nout = nout + 4
+    end
+    if allowed and cost > 0 then
+      for i = 1, m do
+        local key, nx = keys[i], nexts[i]
+        after[i] = ''
+        if nx then
+          if nx == true then
+            -- A token bucket's state is updated in place, or made once.
+            local j = lims[i]
+            local st = states[key]
+            if st and st[1] == lalg[j] then
+              st[2], st[3], st[4] = tats[i], tatns[i], lb[j]
+            else
+              states[key] = { lalg[j], tats[i], tatns[i], lb[j] }
+            end
+          else
+            states[key] = nx
+          end
+          if not written[key] then order[#order + 1] = key end
+          written[key] = ttls[i]
+          if undo_mode then
+            after[i] = encode(states[key])
+            values[key] = after[i]
+          end
         end
       end
-      cost = saved
+    else
+      if not allowed then
+        -- Nothing is consumed: report each allowing bucket's balance as it
+        -- stands, reading with cost 0.
+        local saved = cost
+        cost = 0
+        for i = 1, m do
+          if oks[i] == 1 then
+            local _, reason, rem, reset = decide(load(keys[i]), lims[i])
+            local o = base + 4 * (i - 1)
+            out[o + 1], out[o + 2], out[o + 3], out[o + 4] = reason, rem, reset, 0
+          end
+        end
+        cost = saved
+      end
+      for i = 1, m do after[i] = '' end
     end
-    for i = 1, m do after[i] = '' end
-  end
-  if undo_mode then
-    for i = 1, m do
-      undo[#undo + 1] = before[i]
-      undo[#undo + 1] = after[i]
+    if undo_mode then
+      for i = 1, m do
+        undo[#undo + 1] = before[i]
+        undo[#undo + 1] = after[i]
+      end
     end
   end
 end

@@ -795,18 +795,20 @@ func parseFakeScriptCall(cmd []string) (fakeScriptCall, error) {
 	argv := cmd[3+nk:]
 	c.mode = argv[1]
 	// time, mode, least TTL, limits, then the requests: per request its
-	// cost and bucket count, then per bucket a key and a limit index.
+	// cost, count and bucket count, then per bucket a key and a limit
+	// index. The fake answers a run request by request.
 	reqs := []byte(argv[4])
 	for len(reqs) > 0 {
-		if len(reqs) < 12 {
+		if len(reqs) < 16 {
 			return fakeScriptCall{}, fmt.Errorf("bad requests argument %q", argv[4])
 		}
-		nb := int(binary.LittleEndian.Uint32(reqs[8:]))
-		if len(reqs) < 12+8*nb {
+		count := int(binary.LittleEndian.Uint32(reqs[8:]))
+		nb := int(binary.LittleEndian.Uint32(reqs[12:]))
+		if len(reqs) < 16+8*nb || count < 1 {
 			return fakeScriptCall{}, fmt.Errorf("bad requests argument %q", argv[4])
 		}
-		c.buckets += nb
-		reqs = reqs[12+8*nb:]
+		c.buckets += count * nb
+		reqs = reqs[16+8*nb:]
 	}
 	if c.mode == redisscript.ModeRefund {
 		// the value each bucket's take wrote and the value before it

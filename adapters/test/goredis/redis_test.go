@@ -244,9 +244,10 @@ func TestResetDropsLocalDenials(t *testing.T) {
 
 // TestBatchedCall: one script call carrying many requests reads each key
 // once and writes each key it changes once, at the end, and decides every
-// request as the memory store decides the same takes one after another:
-// each on the state the requests before it in the call left, a denied
-// request consuming nothing. In take-with-undo mode, the undo values chain:
+// request as the memory store decides the same takes one after another, in
+// the order the script decides them (Builder.Order: identical requests
+// together, as runs): each on the state the requests before it in the call
+// left, a denied request consuming nothing. In take-with-undo mode, the undo values chain:
 // each request's value before is the one the last writer before it wrote,
 // and the key ends holding the last writer's value.
 func TestBatchedCall(t *testing.T) {
@@ -283,6 +284,7 @@ func TestBatchedCall(t *testing.T) {
 				last  = map[string]int{} // key -> index in the undo values of its last write
 				nundo int
 			)
+			var undoAt []int // per request, the index of its first undo value
 			for range 80 {
 				n := 1 + rng.IntN(2)
 				var buckets []core.Bucket
@@ -292,21 +294,32 @@ func TestBatchedCall(t *testing.T) {
 					buckets = append(buckets, core.Bucket{Rule: "r" + strconv.Itoa(i), Key: id, Limit: ls[i]})
 					ks = append(ks, keys.Key("r"+strconv.Itoa(i), id))
 				}
-				cost := int64(rng.IntN(3))
-				tk := &core.Take{Now: t0.Add(123456789), Cost: cost, Buckets: buckets, States: make([]core.BucketState, n)}
+				c := &redisscript.Call{Cost: int64(rng.IntN(3)), Buckets: buckets, Keys: ks, States: make([]core.BucketState, n)}
+				b.Add(c)
+				calls = append(calls, c)
+				undoAt = append(undoAt, nundo)
+				nundo += 2 * n
+			}
+			// The memory store takes them in the order the script decides
+			// them: in ModeTake, identical requests as runs, at the first's
+			// place.
+			order := b.Order()
+			want = make([][]core.BucketState, len(calls))
+			for _, i := range order {
+				c := calls[i]
+				tk := &core.Take{Now: t0.Add(123456789), Cost: c.Cost, Buckets: c.Buckets, States: make([]core.BucketState, len(c.Buckets))}
 				if err := mem.Take(ctx, tk); err != nil {
 					t.Fatal(err)
 				}
-				want = append(want, tk.States)
-				if cost > 0 && redistests.Allowed(tk) {
-					for i, k := range ks {
-						last[k] = nundo + 2*i + 1
+				want[i] = tk.States
+				if c.Cost > 0 && redistests.Allowed(tk) {
+					for k, key := range c.Keys {
+						last[key] = undoAt[i] + 2*k + 1
 					}
 				}
-				nundo += 2 * n
-				c := &redisscript.Call{Cost: cost, Buckets: buckets, Keys: ks, States: make([]core.BucketState, n)}
-				b.Add(c)
-				calls = append(calls, c)
+			}
+			if inOrder := slices.IsSorted(order); inOrder != (mode == redisscript.ModeTakeUndo) {
+				t.Fatalf("the script decides the requests in the order %v; want them reordered (runs) in ModeTake only", order)
 			}
 			resetStats(t, srv)
 			v, err := client.EvalSha(ctx, redisscript.SHA(), b.Keys, b.Args()...).Result()
@@ -318,7 +331,7 @@ func TestBatchedCall(t *testing.T) {
 				t.Fatalf("reply %v, want an array", v)
 			}
 			reply, _ := arr[0].(string)
-			if _, err := redisscript.Decode(reply, calls); err != nil {
+			if _, err := b.Decode(reply, calls); err != nil {
 				t.Fatal(err)
 			}
 			for i, c := range calls {
@@ -377,16 +390,18 @@ func TestBatchedCall(t *testing.T) {
 }
 
 // TestFastPathSameAsGeneral: the script's fast path (its function fast)
-// decides what it decides exactly as the rest of the script, byte for
-// byte. Two scripts are cut from the script's text at its markers: the
-// fast path alone (replying "" where it declines) and the script without
-// it. Random calls on token buckets and shaping limits (several requests
-// per call on few keys, costs from 0 to past the burst, one to three
-// buckets per request, time going forward by random steps) run on two sets
-// of keys, one through each, and every reply and every value written must
-// be equal. Then the cases it leaves to the rest, a limit changed under a
-// bucket and a bucket far ahead of the time used, must be declined with
-// nothing written.
+// decides what it decides exactly as the rest of the script. Two scripts
+// are cut from the script's text at its markers: the fast path alone
+// (replying "" where it declines) and the script without it. Random calls
+// on token buckets and shaping limits (several requests per call on few
+// keys, many repeated, so that runs of identical requests form, costs from
+// 0 to past the burst, one to three buckets per request, time going
+// forward by random steps) run on two sets of keys, one through each: the
+// replies must decode to the same states for every request (the fast path
+// answers a run in one record per bucket, the rest request by request),
+// and every value written must be equal. Then the cases it leaves to the rest, a
+// limit changed under a bucket and a bucket far ahead of the time used,
+// must be declined with nothing written.
 func TestFastPathSameAsGeneral(t *testing.T) {
 	srv := redistest.Standalone(t)
 	client := standaloneClient(srv)(t)
@@ -433,6 +448,7 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	now := t0
 	var fastKeys, generalKeys []string
+	runs, compact := 0, 0 // requests repeated; calls the fast path answered in fewer records
 	for call := range 300 {
 		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
 		var fb, gb redisscript.Builder
@@ -440,7 +456,19 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 		gb.Reset(redisscript.NowArg(now), redisscript.ModeTake)
 		fb.SetMinTTL(time.Duration(1+call%3) * time.Second) // no key expires before it is read back
 		gb.SetMinTTL(time.Duration(1+call%3) * time.Second)
+		var fcalls, gcalls []*redisscript.Call
 		for range 1 + rng.IntN(40) {
+			if len(fcalls) > 0 && rng.IntN(2) == 0 {
+				// A request made before, again: runs form.
+				i := rng.IntN(len(fcalls))
+				f, g := *fcalls[i], *gcalls[i]
+				f.States, g.States = make([]core.BucketState, len(f.Buckets)), make([]core.BucketState, len(g.Buckets))
+				fcalls, gcalls = append(fcalls, &f), append(gcalls, &g)
+				fb.Add(&f)
+				gb.Add(&g)
+				runs++
+				continue
+			}
 			n := 1 + rng.IntN(3)
 			var buckets []core.Bucket
 			var fk, gk []string
@@ -454,23 +482,36 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 			if rng.IntN(20) == 0 {
 				cost = 6 // past every burst
 			}
-			fb.Add(&redisscript.Call{Cost: cost, Buckets: buckets, Keys: fk})
-			gb.Add(&redisscript.Call{Cost: cost, Buckets: buckets, Keys: gk})
+			f := &redisscript.Call{Cost: cost, Buckets: buckets, Keys: fk, States: make([]core.BucketState, n)}
+			g := &redisscript.Call{Cost: cost, Buckets: buckets, Keys: gk, States: make([]core.BucketState, n)}
+			fcalls, gcalls = append(fcalls, f), append(gcalls, g)
+			fb.Add(f)
+			gb.Add(g)
 		}
 		fr, gr := run(fastOnly, fb.Keys, fb.Args()), run(general, gb.Keys, gb.Args())
 		if declined(fr) {
 			t.Fatalf("call %d: the fast path declined a call it decides", call)
 		}
-		if fr != gr {
-			t.Fatalf("call %d: the fast path replied %x, the rest %x", call, fr, gr)
+		if len(fr) < len(gr) {
+			compact++
+		}
+		fat, ferr := fb.Decode(fr, fcalls)
+		gat, gerr := gb.Decode(gr, gcalls)
+		if ferr != nil || gerr != nil || !fat.Equal(gat) {
+			t.Fatalf("call %d: the fast path's reply decodes to %v, %v; the rest's to %v, %v", call, fat, ferr, gat, gerr)
+		}
+		for i := range fcalls {
+			if !slices.Equal(fcalls[i].States, gcalls[i].States) {
+				t.Fatalf("call %d, request %d: the fast path answered %+v, the rest %+v", call, i, fcalls[i].States, gcalls[i].States)
+			}
 		}
 		fastKeys, generalKeys = fb.Keys, gb.Keys
 		if fv, gv := values(fb.Keys), values(gb.Keys); !slices.Equal(fv, gv) {
 			t.Fatalf("call %d: the fast path wrote %q, the rest %q", call, fv, gv)
 		}
 	}
-	if len(fastKeys) == 0 || len(generalKeys) == 0 {
-		t.Fatal("no call was made")
+	if len(fastKeys) == 0 || len(generalKeys) == 0 || runs == 0 || compact == 0 {
+		t.Fatalf("%d keys, %d requests repeated, %d calls answered with runs: nothing compared", len(fastKeys), runs, compact)
 	}
 
 	// Declined, nothing written: a bucket written under another fill time,
