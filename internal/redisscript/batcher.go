@@ -9,8 +9,10 @@ import (
 
 // Sender runs one script call (EVALSHA, reloading on NOSCRIPT) with keys
 // and args, and returns the reply's binary string (see Decode) and, for a
-// call in ModeTakeUndo on undo buckets in all, its two undo strings per
-// bucket (undo 0: a call without them).
+// call in ModeTakeUndo on undo buckets in all, its undo strings (undo 0: a
+// call without them): two per record of the reply, at most two per bucket,
+// fewer when the script answered runs at once (Builder.DecodeUndo checks
+// them).
 type Sender func(ctx context.Context, keys []string, args []any, undo int) (string, []string, error)
 
 // Batcher sends the requests for one hash slot so that requests arriving
@@ -207,7 +209,7 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 	var (
 		at   time.Time
 		err  error
-		undo []string // two per bucket of every call, in ModeTakeUndo
+		vals [][]string // per member, its undo values, in ModeTakeUndo
 	)
 	if len(live) > 0 {
 		mode, buckets := ModeTake, 0
@@ -236,9 +238,17 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		var reply string
+		var (
+			reply string
+			undo  []string
+		)
 		reply, undo, err = b.send(ctx, bld.Keys, bld.Args(), buckets)
-		if err == nil {
+		switch {
+		case err != nil:
+		case mode == ModeTakeUndo:
+			vals = make([][]string, len(calls))
+			at, err = bld.DecodeUndo(reply, undo, calls, vals)
+		default:
 			at, err = bld.Decode(reply, calls)
 		}
 		clear(calls)
@@ -247,13 +257,11 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 	// Hand over before answering, so the next call leaves as soon as
 	// possible.
 	b.Release()
-	k := 0
-	for _, p := range live {
+	for i, p := range live {
 		var mine []string
-		if n := 2 * len(p.call.Buckets); err == nil && p.undo {
-			mine = undo[k : k+n : k+n]
+		if err == nil && p.undo {
+			mine = vals[i]
 		}
-		k += 2 * len(p.call.Buckets)
 		answer(p, at, mine, err)
 	}
 }

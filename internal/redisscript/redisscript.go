@@ -288,12 +288,13 @@ type Builder struct {
 
 // run is one request in ARGV[5], standing for count identical ones.
 type run struct {
-	off   int   // of its encoding in rbuf
-	m     int   // its buckets
-	count int   // the requests it stands for
-	prev  int32 // 1 + the run before it with the same first key; 0: none
-	rec   int   // Decode: the offset of its records in the reply
-	runs  bool  // Decode: answered in one record per bucket (code 3)
+	off   int      // of its encoding in rbuf
+	m     int      // its buckets
+	count int      // the requests it stands for
+	prev  int32    // 1 + the run before it with the same first key; 0: none
+	rec   int      // Decode: the offset of its records in the reply
+	runs  bool     // Decode: answered in one record per bucket (code 3)
+	vals  []string // DecodeUndo: a run's undo values, once derived
 }
 
 // place is where a request added went: its run, and its position there.
@@ -336,13 +337,15 @@ func (b *Builder) Mode() string { return b.mode }
 // its bucket count (uint32), then per bucket the 1-based index of its key
 // and of its limit (uint32 each), all little-endian.
 //
-// In ModeTake, a request identical to one added before (the same cost,
-// above 0, and the same buckets, keys and limits in the same order, no key
-// twice) joins it as a run: the count of the first goes up, and the script
-// decides them one after the other, at the first's place. The requests of
-// one call are concurrent, so that this order is as valid as the order
-// they were added in; a hot key's requests then cost the script one
-// request's work, and its answer one record per bucket (see Decode).
+// In ModeTake and ModeTakeUndo, a request identical to one added before
+// (the same cost, above 0, and the same buckets, keys and limits in the
+// same order, no key twice) joins it as a run: the count of the first goes
+// up, and the script decides them one after the other, at the first's
+// place. The requests of one call are concurrent, so that this order is as
+// valid as the order they were added in; a hot key's requests then cost
+// the script one request's work, and its answer one record (and in
+// ModeTakeUndo one pair of undo values) per bucket (see Decode and
+// DecodeUndo).
 func (b *Builder) Add(c *Call) {
 	off, m := len(b.rbuf), len(c.Buckets)
 	cost := uint64(min(max(c.Cost, 0), core.MaxCost))
@@ -353,7 +356,7 @@ func (b *Builder) Add(c *Call) {
 		b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(b.keyIndex(c.Keys[i])))
 		b.rbuf = binary.LittleEndian.AppendUint32(b.rbuf, uint32(b.limitIndex(c.Buckets[i].Limit)))
 	}
-	if b.mode == ModeTake && cost > 0 && m > 0 && m <= maxRunBuckets {
+	if (b.mode == ModeTake || b.mode == ModeTakeUndo) && cost > 0 && m > 0 && m <= maxRunBuckets {
 		req := b.rbuf[off:]
 		first := int(binary.LittleEndian.Uint32(req[16:])) - 1
 		for len(b.byKey) <= first {
@@ -546,6 +549,26 @@ func Decode(reply string, calls []*Call) (time.Time, error) {
 // (TestFastPathSameAsGeneral compares the two), and the number the records
 // say were admitted must be the number that the records' debts admit.
 func (b *Builder) Decode(reply string, calls []*Call) (time.Time, error) {
+	return b.decode(reply, nil, calls, nil)
+}
+
+// DecodeUndo is Decode for a call in ModeTakeUndo, whose undo values (the
+// reply's second element) it checks and sets, two per bucket, in vals,
+// one per call: a run's as the script would have returned them request by
+// request. vals[i] is a slice of undo or of memory of its own, with
+// nothing after its end.
+func (b *Builder) DecodeUndo(reply string, undo []string, calls []*Call, vals [][]string) (time.Time, error) {
+	if undo == nil {
+		undo = []string{}
+	}
+	if len(vals) != len(calls) {
+		return time.Time{}, fmt.Errorf("ratelimit: redis: room for the undo values of %d requests, %d to decode", len(vals), len(calls))
+	}
+	return b.decode(reply, undo, calls, vals)
+}
+
+// decode is Decode, and DecodeUndo when undo is not nil.
+func (b *Builder) decode(reply string, undo []string, calls []*Call, vals [][]string) (time.Time, error) {
 	if len(calls) != len(b.placed) {
 		return time.Time{}, fmt.Errorf("ratelimit: redis: %d requests to decode, %d added", len(calls), len(b.placed))
 	}
@@ -555,7 +578,7 @@ func (b *Builder) Decode(reply string, calls []*Call) (time.Time, error) {
 	k := HeaderSize
 	for i := range b.runs {
 		r := &b.runs[i]
-		r.rec = k
+		r.rec, r.vals = k, nil
 		r.runs = r.count > 1 && k < len(reply) && reply[k] == runCode
 		if r.runs {
 			k += r.m * RecordSize
@@ -563,9 +586,13 @@ func (b *Builder) Decode(reply string, calls []*Call) (time.Time, error) {
 			k += r.count * r.m * RecordSize
 		}
 	}
-	at, err := decodeTime(reply, (k-HeaderSize)/RecordSize)
+	n := (k - HeaderSize) / RecordSize
+	at, err := decodeTime(reply, n)
 	if err != nil || len(reply) != k {
 		return time.Time{}, cmp.Or(err, fmt.Errorf("%w: %d bytes, %d expected", ErrReply, len(reply), k))
+	}
+	if undo != nil && len(undo) != 2*n {
+		return time.Time{}, fmt.Errorf("%w: %d undo values for %d records", ErrReply, len(undo), n)
 	}
 	for i, c := range calls {
 		p := b.placed[i]
@@ -573,16 +600,103 @@ func (b *Builder) Decode(reply string, calls []*Call) (time.Time, error) {
 		if len(c.States) != r.m || len(c.Buckets) != r.m {
 			return time.Time{}, fmt.Errorf("ratelimit: redis: request %d has %d buckets and %d states, %d added", i, len(c.Buckets), len(c.States), r.m)
 		}
-		if r.runs {
-			err = expandRun(reply[r.rec:r.rec+r.m*RecordSize], r.count, int(p.pos), c)
-		} else {
-			err = decodeRecords(reply[r.rec+int(p.pos)*r.m*RecordSize:], c.States)
+		first := (r.rec - HeaderSize) / RecordSize // the index of its first record
+		if !r.runs {
+			first += int(p.pos) * r.m
+			if err := decodeRecords(reply[HeaderSize+first*RecordSize:], c.States); err != nil {
+				return time.Time{}, err
+			}
+			if undo != nil {
+				vals[i] = undo[2*first : 2*(first+r.m) : 2*(first+r.m)]
+			}
+			continue
 		}
+		adm, raw, err := expandRun(reply[r.rec:r.rec+r.m*RecordSize], r.count, int(p.pos), c)
 		if err != nil {
 			return time.Time{}, err
 		}
+		if undo != nil {
+			if r.vals == nil {
+				if r.vals, err = runUndo(at, undo[2*first:2*(first+r.m)], r.count, adm, &raw, c); err != nil {
+					return time.Time{}, err
+				}
+			}
+			w := 2 * r.m
+			vals[i] = r.vals[int(p.pos)*w : int(p.pos+1)*w : int(p.pos+1)*w]
+		}
 	}
 	return at, nil
+}
+
+// runUndo returns the undo values, two per bucket, of every request of a
+// run of count requests of c's, adm of them admitted, at the time at, from
+// the script's pair per bucket: its value before the run and the last the
+// run wrote. Request i's value before is the one request i-1 wrote (the
+// first's, the run's before), and the value it writes, when admitted, is the
+// bucket's with its debt raw plus i+1 needs, encoded as the script encodes
+// it; the last must be what the script says it wrote.
+func runUndo(at time.Time, pairs []string, count int, adm int64, raw *[maxRunBuckets]int64, c *Call) ([]string, error) {
+	m := len(c.Buckets)
+	var enc []byte
+	if adm > 0 {
+		enc = make([]byte, 0, int(adm)*m*bucketValueSize)
+		for j := int64(1); j <= adm; j++ {
+			for i, bk := range c.Buckets {
+				l := bk.Limit
+				enc = appendBucketValue(enc, l, at, raw[i]+j*c.Cost*int64(l.Interval()))
+			}
+		}
+	}
+	all := string(enc)
+	// written returns the value the j-th admitted request (from 1) wrote
+	// to bucket i.
+	written := func(j int64, i int) string {
+		o := (int(j-1)*m + i) * bucketValueSize
+		return all[o : o+bucketValueSize]
+	}
+	for i := range c.Buckets {
+		want := ""
+		if adm > 0 {
+			want = written(adm, i)
+		}
+		if pairs[2*i+1] != want {
+			return nil, fmt.Errorf("%w: run of %d, bucket %d: the script wrote %x, the debts make %x", ErrReply, count, i, pairs[2*i+1], want)
+		}
+	}
+	out := make([]string, 2*m*count)
+	for pos := range int64(count) {
+		v := out[int(pos)*2*m:]
+		for i := range c.Buckets {
+			if pos == 0 || adm == 0 {
+				v[2*i] = pairs[2*i]
+			} else {
+				v[2*i] = written(min(pos, adm), i)
+			}
+			if pos < adm {
+				v[2*i+1] = written(pos+1, i)
+			}
+		}
+	}
+	return out, nil
+}
+
+// appendBucketValue appends the value the script stores for a bucket of
+// token bucket or shaping limit l whose TAT is at plus d ns (d >= 0):
+// the algorithm's tag, the TAT as int64 seconds and int32 nanoseconds, the
+// fill time; all little-endian.
+func appendBucketValue(dst []byte, l *core.Limit, at time.Time, d int64) []byte {
+	tag := byte(1)
+	if l.Algorithm() == core.AlgShaping {
+		tag = 2
+	}
+	s, ns := at.Unix()+d/1e9, int64(at.Nanosecond())+d%1e9
+	if ns >= 1e9 {
+		s, ns = s+1, ns-1e9
+	}
+	dst = append(dst, tag)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(s))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(ns))
+	return binary.LittleEndian.AppendUint64(dst, uint64(l.Window()))
 }
 
 // decodeTime checks that reply holds a header and n records, and decodes
@@ -625,9 +739,11 @@ func decodeRecords(recs string, states []core.BucketState) error {
 // admitted. Request pos sees each bucket's debt plus need (cost times the
 // interval) for each request admitted before it, as the script's request
 // by request path decides (take.lua).
-func expandRun(recs string, count, pos int, c *Call) error {
-	adm := int64(count)
-	var raw [maxRunBuckets]int64
+func expandRun(recs string, count, pos int, c *Call) (adm int64, raw [maxRunBuckets]int64, err error) {
+	if len(c.States) > maxRunBuckets {
+		return 0, raw, fmt.Errorf("%w: a run of requests of %d buckets", ErrReply, len(c.States))
+	}
+	adm = int64(count)
 	for i := range c.States {
 		r := recs[i*RecordSize : (i+1)*RecordSize]
 		l := c.Buckets[i].Limit
@@ -635,7 +751,7 @@ func expandRun(recs string, count, pos int, c *Call) error {
 		n := int64(le64(r[9:]))
 		if r[0] != runCode || raw[i] < 0 || raw[i] >= 1<<53 || n < 0 || n > int64(count) || le64(r[17:]) != 0 ||
 			i > 0 && n != adm || !runnable(l) {
-			return fmt.Errorf("%w: run of %d, bucket %d: record %x", ErrReply, count, i, r)
+			return 0, raw, fmt.Errorf("%w: run of %d, bucket %d: record %x", ErrReply, count, i, r)
 		}
 		adm = n
 	}
@@ -645,7 +761,7 @@ func expandRun(recs string, count, pos int, c *Call) error {
 		admits = min(admits, runCap(c.Buckets[i].Limit, raw[i], c.Cost))
 	}
 	if admits != adm {
-		return fmt.Errorf("%w: run of %d: %d admitted, the debts admit %d", ErrReply, count, adm, admits)
+		return 0, raw, fmt.Errorf("%w: run of %d: %d admitted, the debts admit %d", ErrReply, count, adm, admits)
 	}
 	allowed := int64(pos) < adm
 	before := min(int64(pos), adm)
@@ -653,7 +769,7 @@ func expandRun(recs string, count, pos int, c *Call) error {
 		l := c.Buckets[i].Limit
 		c.States[i] = tokenState(l, raw[i]+before*c.Cost*int64(l.Interval()), c.Cost, allowed)
 	}
-	return nil
+	return adm, raw, nil
 }
 
 // runnable reports whether the script's fast path decides l: a token bucket

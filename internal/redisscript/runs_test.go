@@ -94,12 +94,18 @@ func TestBuilderRuns(t *testing.T) {
 		t.Error("Decode with fewer requests than added: no error")
 	}
 
-	// Other modes send every request on its own.
+	// ModeTakeUndo runs them too; refunds go one by one.
 	b.Reset("", ModeTakeUndo)
 	b.Add(one(1, "k1"))
 	b.Add(one(1, "k1"))
+	if got := parseCall(t, b.Args()); len(got.reqs) != 1 || got.reqs[0].count != 2 {
+		t.Errorf("ModeTakeUndo: requests %+v, want one run of two", got.reqs)
+	}
+	b.Reset("", ModeRefund)
+	b.AddRefund(one(1, "k1"), []string{"b", "w"})
+	b.AddRefund(one(1, "k1"), []string{"b", "w"})
 	if got := parseCall(t, b.Args()); len(got.reqs) != 2 || got.reqs[0].count != 1 || got.reqs[1].count != 1 {
-		t.Errorf("ModeTakeUndo: requests %+v, want two of their own", got.reqs)
+		t.Errorf("ModeRefund: requests %+v, want two of their own", got.reqs)
 	}
 	// A key twice in a request (no policy makes one) never runs.
 	b.Reset("", ModeTake)
@@ -267,5 +273,57 @@ func TestDecodeRunAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _, _ = b.Decode(reply, calls) }); n != 0 {
 		t.Errorf("Decode of a run of 32: %v allocations, want 0", n)
+	}
+}
+
+// TestDecodeUndoRun: the undo values of a run answered at once chain: each
+// request's value before is the one the request before it wrote (the
+// first's, the run's value before), each admitted request's value written
+// is the bucket's at its new TAT, a denied one writes nothing; the last
+// value written must be the script's, and there must be two undo values
+// per record.
+func TestDecodeUndoRun(t *testing.T) {
+	l := &testLimits(t)[0].Limit // 10/s, burst 50: 100ms per token
+	at := time.Unix(1767225600, 900_000_000)
+	calls := make([]*Call, 3)
+	var b Builder
+	b.Reset("", ModeTakeUndo)
+	for i := range calls {
+		calls[i] = &Call{Cost: 20, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: l}}, Keys: []string{"k"}, States: make([]core.BucketState, 1)}
+		b.Add(calls[i])
+	}
+	enc := func(d time.Duration) string { return string(appendBucketValue(nil, l, at, int64(d))) }
+	// A debt of 0.5s: two requests of 2s pass (to 4.5s), the third does not.
+	reply := runRecords(at, 2, int64(500*time.Millisecond))
+	last := enc(4500 * time.Millisecond)
+	vals := make([][]string, 3)
+	if _, err := b.DecodeUndo(reply, []string{"before", last}, calls, vals); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"before", enc(2500 * time.Millisecond)}, {enc(2500 * time.Millisecond), last}, {last, ""}}
+	if !reflect.DeepEqual(vals, want) {
+		t.Errorf("undo values %q\nwant %q", vals, want)
+	}
+	if got := enc(4500 * time.Millisecond); got[0] != 1 || binary.LittleEndian.Uint64([]byte(got[1:])) != 1767225605 ||
+		binary.LittleEndian.Uint32([]byte(got[9:])) != 400_000_000 || binary.LittleEndian.Uint64([]byte(got[13:])) != uint64(5*time.Second) {
+		t.Errorf("the value of a TAT 4.5s past %v: %x", at, got)
+	}
+	for name, undo := range map[string][]string{
+		"another last value": {"before", enc(2500 * time.Millisecond)},
+		"none written":       {"before", ""},
+		"one value":          {"before"},
+		"three values":       {"before", last, ""},
+	} {
+		if _, err := b.DecodeUndo(reply, undo, calls, vals); !errors.Is(err, ErrReply) {
+			t.Errorf("%s: DecodeUndo error %v, want ErrReply", name, err)
+		}
+	}
+	// None admitted: every request's value before is the run's, none writes.
+	reply = runRecords(at, 0, int64(4*time.Second))
+	if _, err := b.DecodeUndo(reply, []string{"before", ""}, calls, vals); err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"before", ""}, {"before", ""}, {"before", ""}}; !reflect.DeepEqual(vals, want) {
+		t.Errorf("none admitted: undo values %q, want %q", vals, want)
 	}
 }

@@ -38,7 +38,9 @@
 -- when the fast path decides it, by one record per bucket: the code 3, the
 -- bucket's debt (TAT minus the time used, >= 0) before the run, the number
 -- of its requests admitted, and 0. Mode "u" adds the undo array as the
--- second element.
+-- second element: two values per record, for a run answered at once the
+-- bucket's value before the run and the last value the run wrote ("" when
+-- it admitted none).
 --
 -- Within one call each key is read once (GET) and written once at the end
 -- (SET with PX): a request decides on the state the requests before it in
@@ -78,12 +80,13 @@ local byte, rep, concat = string.byte, string.rep, table.concat
 
 -- fast:begin
 -- The common call first, kept small so that Redis runs little code for
--- it: mode "t" on token buckets and shaping limits of at most 100 days
--- (limit codes 1 and 2). fast decides it as the rest of this script would,
--- with the same values and reply, but for runs, which it answers in one
--- record per bucket that stands for the rest's records (a test compares
--- the two on random calls), and returns nil, having written nothing, for whatever it leaves
--- to the rest: another mode or limit code, malformed arguments, a bucket
+-- it: modes "t" and "u" on token buckets and shaping limits of at most 100
+-- days (limit codes 1 and 2). fast decides it as the rest of this script
+-- would, with the same values and reply, but for runs, which it answers in
+-- one record (and in mode "u" one pair of undo values) per bucket that
+-- stands for the rest's (a test compares the two on random calls), and
+-- returns nil, having written nothing, for whatever it leaves to the rest:
+-- another mode or limit code, malformed arguments, a bucket
 -- written under another fill time (a limit change, which rescales), a
 -- bucket 2^53 ns or more ahead of the time used. The definitions below it
 -- then run, only then.
@@ -93,7 +96,8 @@ local byte, rep, concat = string.byte, string.rep, table.concat
 -- read), ks and kns (its TAT) and kspan (the fill time it was written
 -- under).
 local function fast()
-  if ARGV[2] ~= 't' then return nil end
+  local umode = ARGV[2] == 'u'
+  if ARGV[2] ~= 't' and not umode then return nil end
   local now_s, now_ns
   local at = ARGV[1]
   if at == '' then
@@ -118,6 +122,8 @@ local function fast()
   end
 
   local kalg, ks, kns, kspan, kttl = {}, {}, {}, {}, {}
+  local kraw = {} -- mode "u": each key's value as it stands ('' for none)
+  local undo, nundo = {}, 0
   local order, nord = {}, 0
   -- read returns the algorithm of key k's value, reading it once per call
   -- (false for a value that is not a 21-byte token bucket or shaping value:
@@ -137,6 +143,7 @@ local function fast()
       end
     end
     kalg[k] = kal
+    if umode then kraw[k] = v or '' end
     return kal
   end
   -- debt returns key k's debt at the time used, its TAT ahead of it, >= 0,
@@ -216,6 +223,7 @@ local function fast()
       end
       for i = 1, m do
         local k, j, raw = bk[i], bj[i], braw[i]
+        local before, after = kraw[k], ''
         if adm > 0 then
           local d = raw + adm * (cost * la[j])
           if d >= TWO53 then return nil end
@@ -226,12 +234,23 @@ local function fast()
             order[nord] = k
           end
           kttl[k] = ttl
+          if umode then
+            after = pack('<Bi8i4i8', lalg[j], s, ns, lb[j])
+            kraw[k] = after
+          end
         end
         out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = 3, raw, adm, 0
         nout = nout + 4
+        if umode then
+          -- The value before the run and the last it wrote: the client
+          -- derives each request's pair from them.
+          undo[nundo + 1], undo[nundo + 2] = before, after
+          nundo = nundo + 2
+        end
       end
     else
       local allowed = true
+      local base = nundo
       for i = 1, m do
         local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
         pos = pos + 8
@@ -240,6 +259,12 @@ local function fast()
         if not alg then return nil end
         local kal = read(k)
         if kal == nil then return nil end
+        if umode then
+          -- Each bucket's value before the request and, set below if the
+          -- request writes it, after.
+          undo[nundo + 1], undo[nundo + 2] = kraw[k], ''
+          nundo = nundo + 2
+        end
         local interval, tau = la[j], lb[j]
         local raw = 0
         if kal == alg then
@@ -271,6 +296,10 @@ local function fast()
                 order[nord] = k
               end
               kttl[k] = ttl
+              if umode then
+                local v = pack('<Bi8i4i8', alg, s, ns, tau)
+                kraw[k], undo[nundo] = v, v
+              end
             else
               bs[i], bns[i], bttl[i] = s, ns, ttl
             end
@@ -298,6 +327,10 @@ local function fast()
               order[nord] = k
             end
             kttl[k] = bttl[i]
+            if umode then
+              local v = pack('<Bi8i4i8', lalg[j], bs[i], bns[i], lb[j])
+              kraw[k], undo[base + 2 * i] = v, v
+            end
           end
         end
       else
@@ -333,6 +366,7 @@ local function fast()
       parts[#parts + 1] = pack('<' .. string.rep('Bi8i8i8', (nout - x) / 4), unpack(out, x + 1, nout))
     end
   end
+  if umode then return { table.concat(parts), undo } end
   return { table.concat(parts) }
 end
 -- fast:call
@@ -898,7 +932,7 @@ while pos <= size do
   local count = n1 + 256 * (n2 + 256 * (n3 + 256 * n4))
   local m = m1 + 256 * (m2 + 256 * (m3 + 256 * m4))
   if pos + 8 * m - 1 > size then return redis.error_reply('ERR ratelimit: bad request arguments') end
-  if count < 1 or (count > 1 and mode ~= 't') then return redis.error_reply('ERR ratelimit: bad request count') end
+  if count < 1 or (count > 1 and mode == 'r') then return redis.error_reply('ERR ratelimit: bad request count') end
   for i = 1, m do
     local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
     pos = pos + 8

@@ -270,7 +270,9 @@ func (s *Store) sendGroups(ctx context.Context, now string, groups []*group) err
 				}
 				continue
 			}
-			if g.at, g.err = redisscript.Decode(g.reply, []*redisscript.Call{&g.call}); g.err != nil && first == nil {
+			var vals [1][]string
+			g.at, g.err = g.b.DecodeUndo(g.reply, g.undo, []*redisscript.Call{&g.call}, vals[:])
+			if g.undo = vals[0]; g.err != nil && first == nil {
 				first = g.err
 			}
 		}

@@ -538,8 +538,10 @@ func recent(at int64) bool {
 }
 
 // check returns the error of e's reply: the client's, a malformed reply,
-// or undo values other than the two strings per bucket that a take with
-// undo on buckets buckets returns (0: a reply without undo values).
+// or undo values other than what a take with undo on buckets buckets
+// returns (0: a reply without undo values): two strings per record of the
+// reply, at most two per bucket (runs answered at once have fewer records;
+// Builder.DecodeUndo checks the count against the reply).
 func check(e *Eval, buckets int) error {
 	switch {
 	case e.Err != nil && errors.Is(e.Err, redisscript.ErrReply):
@@ -550,7 +552,7 @@ func check(e *Eval, buckets int) error {
 		return fmt.Errorf("%w: unexpected nested array", redisscript.ErrReply)
 	case buckets > 0 && e.Undo == nil:
 		return fmt.Errorf("%w: no undo values in a take with undo", redisscript.ErrReply)
-	case len(e.Undo) != 2*buckets:
+	case len(e.Undo) > 2*buckets || len(e.Undo)%2 != 0:
 		return fmt.Errorf("%w: %d undo values for %d buckets", redisscript.ErrReply, len(e.Undo), buckets)
 	}
 	return nil
