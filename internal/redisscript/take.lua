@@ -171,6 +171,25 @@ local function fast()
   local bk, bj, bnext, bs, bns, bttl, broom, braw = {}, {}, {}, {}, {}, {}, {}, {}
   blob = ARGV[5]
   local pos, size = 1, #blob
+  -- next_bucket reads the request's next bucket at pos: the indexes of its
+  -- key and limit, the limit's algorithm and the bucket's debt at the time
+  -- used (0 for no value or another algorithm's); nil to hand the call
+  -- over.
+  local function next_bucket()
+    local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
+    pos = pos + 8
+    local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
+    local alg = lalg[j]
+    if not alg then return nil end
+    local kal = read(k)
+    if kal == nil then return nil end
+    local raw = 0
+    if kal == alg then
+      raw = debt(k, lb[j])
+      if not raw then return nil end
+    end
+    return k, j, alg, raw
+  end
   while pos <= size do
     if pos + 15 > size then return nil end
     local c1, c2, c3, c4, c5, c6, c7, c8, n1, n2, n3, n4, m1, m2, m3, m4 = byte(blob, pos, pos + 15)
@@ -193,18 +212,8 @@ local function fast()
       if count < 2 or cost == 0 or m == 0 then return nil end
       local adm = count
       for i = 1, m do
-        local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
-        pos = pos + 8
-        local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
-        local alg = lalg[j]
-        if not alg then return nil end
-        local kal = read(k)
-        if kal == nil then return nil end
-        local raw = 0
-        if kal == alg then
-          raw = debt(k, lb[j])
-          if not raw then return nil end
-        end
+        local k, j, alg, raw = next_bucket()
+        if not k then return nil end
         local need = cost * la[j]
         local lim = -1
         if cost <= lc[j] then
@@ -252,13 +261,8 @@ local function fast()
       local allowed = true
       local base = nundo
       for i = 1, m do
-        local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
-        pos = pos + 8
-        local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
-        local alg = lalg[j]
-        if not alg then return nil end
-        local kal = read(k)
-        if kal == nil then return nil end
+        local k, j, alg, raw = next_bucket()
+        if not k then return nil end
         if umode then
           -- Each bucket's value before the request and, set below if the
           -- request writes it, after.
@@ -266,11 +270,6 @@ local function fast()
           nundo = nundo + 2
         end
         local interval, tau = la[j], lb[j]
-        local raw = 0
-        if kal == alg then
-          raw = debt(k, tau)
-          if not raw then return nil end
-        end
         local room = tau - raw
         local roompos = room
         if roompos < 0 then roompos = 0 end
