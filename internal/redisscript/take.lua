@@ -167,6 +167,21 @@ local function fast()
     if r > 0 then return s, ns, d + 1000 - r end
     return s, ns, d
   end
+  -- put sets key k's state, written at the end to live ttl ns, and in mode
+  -- "u" returns its value.
+  local function put(k, alg, s, ns, tau, ttl)
+    kalg[k], ks[k], kns[k], kspan[k] = alg, s, ns, tau
+    if not kttl[k] then
+      nord = nord + 1
+      order[nord] = k
+    end
+    kttl[k] = ttl
+    if umode then
+      local v = pack('<Bi8i4i8', alg, s, ns, tau)
+      kraw[k] = v
+      return v
+    end
+  end
   local out, nout = {}, 0
   local bk, bj, bnext, bs, bns, bttl, broom, braw = {}, {}, {}, {}, {}, {}, {}, {}
   blob = ARGV[5]
@@ -237,16 +252,7 @@ local function fast()
           local d = raw + adm * (cost * la[j])
           if d >= TWO53 then return nil end
           local s, ns, ttl = tat(d)
-          kalg[k], ks[k], kns[k], kspan[k] = lalg[j], s, ns, lb[j]
-          if not kttl[k] then
-            nord = nord + 1
-            order[nord] = k
-          end
-          kttl[k] = ttl
-          if umode then
-            after = pack('<Bi8i4i8', lalg[j], s, ns, lb[j])
-            kraw[k] = after
-          end
+          after = put(k, lalg[j], s, ns, lb[j], ttl) or ''
         end
         out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = 3, raw, adm, 0
         nout = nout + 4
@@ -289,16 +295,8 @@ local function fast()
             rem, reset, nx = (left - fmod(left, interval)) / interval, d, true
             if m == 1 then
               -- Alone, it decides its request: written at once.
-              kalg[k], ks[k], kns[k], kspan[k] = alg, s, ns, tau
-              if not kttl[k] then
-                nord = nord + 1
-                order[nord] = k
-              end
-              kttl[k] = ttl
-              if umode then
-                local v = pack('<Bi8i4i8', alg, s, ns, tau)
-                kraw[k], undo[nundo] = v, v
-              end
+              local v = put(k, alg, s, ns, tau, ttl)
+              if v then undo[nundo] = v end
             else
               bs[i], bns[i], bttl[i] = s, ns, ttl
             end
@@ -319,17 +317,9 @@ local function fast()
       elseif allowed then
         for i = 1, m do
           if bnext[i] then
-            local k, j = bk[i], bj[i]
-            kalg[k], ks[k], kns[k], kspan[k] = lalg[j], bs[i], bns[i], lb[j]
-            if not kttl[k] then
-              nord = nord + 1
-              order[nord] = k
-            end
-            kttl[k] = bttl[i]
-            if umode then
-              local v = pack('<Bi8i4i8', lalg[j], bs[i], bns[i], lb[j])
-              kraw[k], undo[base + 2 * i] = v, v
-            end
+            local j = bj[i]
+            local v = put(bk[i], lalg[j], bs[i], bns[i], lb[j], bttl[i])
+            if v then undo[base + 2 * i] = v end
           end
         end
       else
