@@ -288,13 +288,15 @@ type Builder struct {
 
 // run is one request in ARGV[5], standing for count identical ones.
 type run struct {
-	off   int      // of its encoding in rbuf
-	m     int      // its buckets
-	count int      // the requests it stands for
-	prev  int32    // 1 + the run before it with the same first key; 0: none
-	rec   int      // Decode: the offset of its records in the reply
-	runs  bool     // Decode: answered in one record per bucket (code 3)
-	vals  []string // DecodeUndo: a run's undo values, once derived
+	off   int                  // of its encoding in rbuf
+	m     int                  // its buckets
+	count int                  // the requests it stands for
+	prev  int32                // 1 + the run before it with the same first key; 0: none
+	rec   int                  // Decode: the offset of its records in the reply
+	whole bool                 // Decode: answered in one record per bucket (code 3)
+	adm   int64                // Decode, whole: the requests admitted
+	raw   [maxRunBuckets]int64 // Decode, whole: each bucket's debt before the run
+	vals  []string             // DecodeUndo, whole: every request's undo values
 }
 
 // place is where a request added went: its run, and its position there.
@@ -322,6 +324,7 @@ func (b *Builder) Reset(now, mode string) {
 	clear(b.undo)
 	b.Keys, b.limits, b.undo = b.Keys[:0], b.limits[:0], b.undo[:0]
 	b.lbuf, b.rbuf = b.lbuf[:0], b.rbuf[:0]
+	clear(b.runs) // undo values of the last call
 	b.runs, b.placed = b.runs[:0], b.placed[:0]
 	clear(b.byKey)
 	b.byKey = b.byKey[:0]
@@ -578,9 +581,9 @@ func (b *Builder) decode(reply string, undo []string, calls []*Call, vals [][]st
 	k := HeaderSize
 	for i := range b.runs {
 		r := &b.runs[i]
-		r.rec, r.vals = k, nil
-		r.runs = r.count > 1 && k < len(reply) && reply[k] == runCode
-		if r.runs {
+		r.rec, r.vals, r.adm = k, nil, -1
+		r.whole = r.count > 1 && k < len(reply) && reply[k] == runCode
+		if r.whole {
 			k += r.m * RecordSize
 		} else {
 			k += r.count * r.m * RecordSize
@@ -601,7 +604,7 @@ func (b *Builder) decode(reply string, undo []string, calls []*Call, vals [][]st
 			return time.Time{}, fmt.Errorf("ratelimit: redis: request %d has %d buckets and %d states, %d added", i, len(c.Buckets), len(c.States), r.m)
 		}
 		first := (r.rec - HeaderSize) / RecordSize // the index of its first record
-		if !r.runs {
+		if !r.whole {
 			first += int(p.pos) * r.m
 			if err := decodeRecords(reply[HeaderSize+first*RecordSize:], c.States); err != nil {
 				return time.Time{}, err
@@ -611,16 +614,19 @@ func (b *Builder) decode(reply string, undo []string, calls []*Call, vals [][]st
 			}
 			continue
 		}
-		adm, raw, err := expandRun(reply[r.rec:r.rec+r.m*RecordSize], r.count, int(p.pos), c)
-		if err != nil {
-			return time.Time{}, err
-		}
-		if undo != nil {
-			if r.vals == nil {
-				if r.vals, err = runUndo(at, undo[2*first:2*(first+r.m)], r.count, adm, &raw, c); err != nil {
+		if r.adm < 0 {
+			// The run's first request: its records, checked once.
+			if err := r.check(reply[r.rec:r.rec+r.m*RecordSize], c); err != nil {
+				return time.Time{}, err
+			}
+			if undo != nil {
+				if r.vals, err = runUndo(at, undo[2*first:2*(first+r.m)], r, c); err != nil {
 					return time.Time{}, err
 				}
 			}
+		}
+		r.states(int(p.pos), c)
+		if undo != nil {
 			w := 2 * r.m
 			vals[i] = r.vals[int(p.pos)*w : int(p.pos+1)*w : int(p.pos+1)*w]
 		}
@@ -628,15 +634,15 @@ func (b *Builder) decode(reply string, undo []string, calls []*Call, vals [][]st
 	return at, nil
 }
 
-// runUndo returns the undo values, two per bucket, of every request of a
-// run of count requests of c's, adm of them admitted, at the time at, from
+// runUndo returns the undo values, two per bucket, of every request of
+// run r of requests like c, r.adm of them admitted at the time at, from
 // the script's pair per bucket: its value before the run and the last the
 // run wrote. Request i's value before is the one request i-1 wrote (the
 // first's, the run's before), and the value it writes, when admitted, is the
-// bucket's with its debt raw plus i+1 needs, encoded as the script encodes
+// bucket's with its debt r.raw plus i+1 needs, encoded as the script encodes
 // it; the last must be what the script says it wrote.
-func runUndo(at time.Time, pairs []string, count int, adm int64, raw *[maxRunBuckets]int64, c *Call) ([]string, error) {
-	m := len(c.Buckets)
+func runUndo(at time.Time, pairs []string, r *run, c *Call) ([]string, error) {
+	m, count, adm, raw := len(c.Buckets), r.count, r.adm, &r.raw
 	var enc []byte
 	if adm > 0 {
 		enc = make([]byte, 0, int(adm)*m*bucketValueSize)
@@ -733,43 +739,44 @@ func decodeRecords(recs string, states []core.BucketState) error {
 	return nil
 }
 
-// expandRun sets c.States to what the script answers the request at
-// position pos of a run of count identical requests, c's, from the run's
-// records: per bucket the code 3, its debt before the run and the number
-// admitted. Request pos sees each bucket's debt plus need (cost times the
-// interval) for each request admitted before it, as the script's request
-// by request path decides (take.lua).
-func expandRun(recs string, count, pos int, c *Call) (adm int64, raw [maxRunBuckets]int64, err error) {
+// check checks the records the script answered run r of requests like c
+// with, per bucket the code 3, its debt before the run and the number
+// admitted, and keeps the number and the debts: the debts must admit
+// exactly that number, as take.lua's fast path counts them.
+func (r *run) check(recs string, c *Call) error {
 	if len(c.States) > maxRunBuckets {
-		return 0, raw, fmt.Errorf("%w: a run of requests of %d buckets", ErrReply, len(c.States))
+		return fmt.Errorf("%w: a run of requests of %d buckets", ErrReply, len(c.States))
 	}
-	adm = int64(count)
+	adm, admits := int64(r.count), int64(r.count)
 	for i := range c.States {
-		r := recs[i*RecordSize : (i+1)*RecordSize]
+		rec := recs[i*RecordSize : (i+1)*RecordSize]
 		l := c.Buckets[i].Limit
-		raw[i] = int64(le64(r[1:]))
-		n := int64(le64(r[9:]))
-		if r[0] != runCode || raw[i] < 0 || raw[i] >= 1<<53 || n < 0 || n > int64(count) || le64(r[17:]) != 0 ||
+		raw, n := int64(le64(rec[1:])), int64(le64(rec[9:]))
+		if rec[0] != runCode || raw < 0 || raw >= 1<<53 || n < 0 || n > int64(r.count) || le64(rec[17:]) != 0 ||
 			i > 0 && n != adm || !runnable(l) {
-			return 0, raw, fmt.Errorf("%w: run of %d, bucket %d: record %x", ErrReply, count, i, r)
+			return fmt.Errorf("%w: run of %d, bucket %d: record %x", ErrReply, r.count, i, rec)
 		}
-		adm = n
-	}
-	// The records' debts admit exactly the number they report.
-	admits := int64(count)
-	for i := range c.States {
-		admits = min(admits, runCap(c.Buckets[i].Limit, raw[i], c.Cost))
+		adm, r.raw[i] = n, raw
+		admits = min(admits, runCap(l, raw, c.Cost))
 	}
 	if admits != adm {
-		return 0, raw, fmt.Errorf("%w: run of %d: %d admitted, the debts admit %d", ErrReply, count, adm, admits)
+		return fmt.Errorf("%w: run of %d: %d admitted, the debts admit %d", ErrReply, r.count, adm, admits)
 	}
-	allowed := int64(pos) < adm
-	before := min(int64(pos), adm)
+	r.adm = adm
+	return nil
+}
+
+// states sets c.States to what the script answers the request at position
+// pos of run r, checked: it sees each bucket's debt plus need (cost times
+// the interval) for each request admitted before it, as the script's
+// request by request path decides (take.lua).
+func (r *run) states(pos int, c *Call) {
+	allowed := int64(pos) < r.adm
+	before := min(int64(pos), r.adm)
 	for i := range c.States {
 		l := c.Buckets[i].Limit
-		c.States[i] = tokenState(l, raw[i]+before*c.Cost*int64(l.Interval()), c.Cost, allowed)
+		c.States[i] = tokenState(l, r.raw[i]+before*c.Cost*int64(l.Interval()), c.Cost, allowed)
 	}
-	return adm, raw, nil
 }
 
 // runnable reports whether the script's fast path decides l: a token bucket

@@ -326,4 +326,11 @@ func TestDecodeUndoRun(t *testing.T) {
 	if want := [][]string{{"before", ""}, {"before", ""}, {"before", ""}}; !reflect.DeepEqual(vals, want) {
 		t.Errorf("none admitted: undo values %q, want %q", vals, want)
 	}
+	// A Builder reused keeps nothing of the last call's undo values.
+	b.Reset("", ModeTake)
+	for i, r := range b.runs[:cap(b.runs)] {
+		if r.vals != nil {
+			t.Errorf("after Reset, run %d still holds undo values %q", i, r.vals)
+		}
+	}
 }
