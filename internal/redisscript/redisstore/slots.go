@@ -108,8 +108,6 @@ func (g *group) reset(slot int) {
 // exactly, others the cost. Until then the tokens are held, so this can
 // under-admit for a moment; it never over-admits.
 func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *core.Take) error {
-	ctx, cancel := context.WithTimeout(caller, s.timeout)
-	defer cancel()
 	st := slotTakes.Get().(*slotTake)
 	defer st.release()
 	for i, k := range keys {
@@ -157,7 +155,7 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *
 		clear(g.call.States)
 	}
 	sent := time.Now()
-	err := s.sendGroups(ctx, now, groups)
+	err := s.sendGroups(caller, now, sent.Add(s.timeout), groups)
 	recv := time.Now()
 	s.settleGroups(caller, groups, st.admits)
 	all := err == nil
@@ -237,8 +235,16 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *
 // groups whose batcher was idle go out together in one pipelined round
 // trip, the others with the requests queued on theirs. It returns the first
 // error.
-func (s *Store) sendGroups(ctx context.Context, now string, groups []*group) error {
-	var lead, queued []*group
+//
+// Every call is bounded by the store's timeout, which ends at deadline: the
+// groups sent here by a context that ends then, made only when some are;
+// the queued ones by their batchers, which answer a request whose timeout
+// ran out while it waited without sending it, and bound each call by its
+// members' earliest deadline. A take whose groups all queue (the common
+// case under load) so costs no context and no timer of its own.
+func (s *Store) sendGroups(ctx context.Context, now string, deadline time.Time, groups []*group) error {
+	var leadArr, queuedArr [4]*group
+	lead, queued := leadArr[:0], queuedArr[:0]
 	for _, g := range groups {
 		if s.batchers == nil {
 			lead = append(lead, g)
@@ -258,7 +264,9 @@ func (s *Store) sendGroups(ctx context.Context, now string, groups []*group) err
 			g.b.Reset(now, redisscript.ModeTakeUndo)
 			g.b.Add(&g.call)
 		}
-		first = s.multi(ctx, lead)
+		lctx, cancel := context.WithDeadline(ctx, deadline)
+		first = s.multi(lctx, lead)
+		cancel()
 		for _, g := range lead {
 			if s.batchers != nil {
 				s.batchers.For(g.slot).Release()
