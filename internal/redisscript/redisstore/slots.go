@@ -91,27 +91,32 @@ func (st *slotTake) release() {
 
 // reset makes g the empty group of slot, keeping its slices' room, its
 // builder's buffers and its call's channel.
+//
+// Field by field: the call and the builder stay where they are, not copied
+// out and back as a whole.
 func (g *group) reset(slot int) {
 	clear(g.call.Buckets) // the limits and strings they point to
 	clear(g.call.Keys)
-	buckets, keys, states, idx := g.call.Buckets[:0], g.call.Keys[:0], g.call.States[:0], g.idx[:0]
+	buckets, keys, states := g.call.Buckets[:0], g.call.Keys[:0], g.call.States[:0]
 	g.call.Reset()
 	g.call.Buckets, g.call.Keys, g.call.States = buckets, keys, states
 	g.b.Reset("", "")
-	*g = group{slot: slot, idx: idx, call: g.call, b: g.b}
+	g.slot, g.dm, g.idx = slot, nil, g.idx[:0]
+	g.eval, g.reply, g.undo, g.at, g.err = Eval{}, "", nil, time.Time{}, nil
+	g.tk, g.sent, g.recv, g.refunded = redisscript.Ticket{}, time.Time{}, time.Time{}, false
 }
 
-// takeSlots decides a take whose buckets lie in several hash slots: one
-// script call per slot, all in one round trip. If a slot denies or fails
-// while others consumed, those are given back in a second round trip: each
-// bucket that still holds what the take wrote gets its earlier value back
-// exactly, others the cost. Until then the tokens are held, so this can
+// takeSlots decides a take whose buckets lie in several hash slots, slots[i]
+// holding keys[i]: one script call per slot, all in one round trip. If a
+// slot denies or fails while others consumed, those are given back in a
+// second round trip: each bucket that still holds what the take wrote gets
+// its earlier value back exactly, others the cost. Until then the tokens are held, so this can
 // under-admit for a moment; it never over-admits.
-func (s *Store) takeSlots(caller context.Context, now string, keys []string, t *core.Take) error {
+func (s *Store) takeSlots(caller context.Context, now string, keys []string, slots []int, t *core.Take) error {
 	st := slotTakes.Get().(*slotTake)
 	defer st.release()
 	for i, k := range keys {
-		g := st.group(redisscript.Slot(k))
+		g := st.group(slots[i])
 		g.idx = append(g.idx, i)
 		g.call.Buckets = append(g.call.Buckets, t.Buckets[i])
 		g.call.Keys = append(g.call.Keys, k)

@@ -178,9 +178,15 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 	r := takeReqs.Get().(*takeReq)
 	defer r.release()
 	keys, joined := r.buildKeys(s.keys, t.Buckets)
-	slot, one := s.oneSlot(keys)
-	if !one {
-		return ctxErr(ctx, s.takeSlots(ctx, now, keys, t))
+	slot := 0
+	if s.cluster {
+		slots := r.slotsOf(keys)
+		slot = slots[0]
+		for _, sl := range slots[1:] {
+			if sl != slot {
+				return ctxErr(ctx, s.takeSlots(ctx, now, keys, slots, t))
+			}
+		}
 	}
 	dm := s.domains.of(slot)
 	probe, open := dm.br.Admit()
@@ -198,10 +204,11 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 // script call. Takes reuse them from a pool, so that a decision allocates
 // only its keys, all in one string.
 type takeReq struct {
-	call redisscript.Call
-	keys [4]string
-	ends [4]int
-	buf  []byte
+	call  redisscript.Call
+	keys  [4]string
+	ends  [4]int
+	slots [4]int
+	buf   []byte
 }
 
 var takeReqs = sync.Pool{New: func() any { return new(takeReq) }}
@@ -214,6 +221,19 @@ func (r *takeReq) release() {
 		r.buf = nil
 	}
 	takeReqs.Put(r)
+}
+
+// slotsOf returns the hash slot of each key, in r's room when it has
+// enough: a take over several slots computes each once.
+func (r *takeReq) slotsOf(keys []string) []int {
+	slots := r.slots[:0]
+	if len(keys) > len(r.slots) {
+		slots = make([]int, 0, len(keys))
+	}
+	for _, k := range keys {
+		slots = append(slots, redisscript.Slot(k))
+	}
+	return slots
 }
 
 // buildKeys returns the keys of buckets and, as one string that the keys
@@ -329,21 +349,6 @@ func (s *Store) localNow(t *core.Take) time.Time {
 		return s.clock.Now()
 	}
 	return time.Now()
-}
-
-// oneSlot reports whether every key is in one hash slot (always outside
-// Cluster), and which.
-func (s *Store) oneSlot(keys []string) (int, bool) {
-	if !s.cluster {
-		return 0, true
-	}
-	slot := redisscript.Slot(keys[0])
-	for _, k := range keys[1:] {
-		if redisscript.Slot(k) != slot {
-			return 0, false
-		}
-	}
-	return slot, true
 }
 
 // slot returns the index of key's slot in per-slot tables.
