@@ -325,7 +325,13 @@ func (s *MemoryStore) take(t *Take) int64 {
 	} else {
 		now = t.Now.UnixNano()
 	}
-	if len(t.Buckets) != 1 || !s.takeFast(&t.Buckets[0], &t.States[0], now, t.Cost) {
+	var fast bool
+	if len(t.Buckets) == 1 {
+		fast = s.takeFast(&t.Buckets[0], &t.States[0], now, t.Cost)
+	} else {
+		fast = s.takeFastMany(nil, t.Buckets, t.States, now, t.Cost)
+	}
+	if !fast {
 		s.takeLocked(t, nil, now)
 	}
 	t.At = time.Unix(0, now)
@@ -394,9 +400,92 @@ func (s *MemoryStore) takeRules(rules []*Rule, buckets []Bucket, states []Bucket
 	} else {
 		ns = now.UnixNano()
 	}
-	t := Take{Cost: cost, Buckets: buckets, States: states}
-	s.takeLocked(&t, rules, ns)
+	if !s.takeFastMany(rules, buckets, states, ns, cost) {
+		t := Take{Cost: cost, Buckets: buckets, States: states}
+		s.takeLocked(&t, rules, ns)
+	}
 	return ns
+}
+
+// takeFastMany is takeLocked for the common case of several token bucket or
+// shaping limits, at most maxInlineTiers, each on an existing entry written
+// under the same limit: it finds them without a lock, locks them by
+// compare-and-swap in the order of their addresses, decides each on its TAT
+// and writes the new TATs only if all allow. It reports false, having
+// changed nothing, for every other case (a bucket to create or replace, a
+// window or log, an entry dropped meanwhile), which takeLocked decides.
+// rules, when not nil, are the policy rules of the buckets, as for
+// takeLocked.
+func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []BucketState, now, cost int64) bool {
+	n := len(buckets)
+	if n > maxInlineTiers {
+		return false
+	}
+	var (
+		ents  [maxInlineTiers]*entry
+		words [maxInlineTiers]int64
+		tats  [maxInlineTiers]int64
+		order [maxInlineTiers]uint8
+	)
+	for i := range buckets {
+		b := &buckets[i]
+		l := b.Limit
+		if !l.isBucket() {
+			return false
+		}
+		var rt *ruleTable
+		if rules != nil {
+			rt = s.tableFor(rules[i])
+		} else if rt = s.table(b.Rule, false); rt == nil {
+			return false
+		}
+		h := maphash.String(s.seed, b.Key)
+		e := rt.shard(h).tab.Load().find(h, b.Key)
+		if e == nil || e.shape != shapeOf(l) {
+			return false
+		}
+		ents[i] = e
+		order[i] = uint8(i)
+		for j := i; j > 0 && uintptr(unsafe.Pointer(ents[order[j]])) < uintptr(unsafe.Pointer(ents[order[j-1]])); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	for k, i := range order[:n] {
+		w, ok := ents[i].lock()
+		if !ok {
+			// Dropped meanwhile: takeLocked looks the keys up again.
+			for _, j := range order[:k] {
+				ents[j].unlock(words[j])
+			}
+			return false
+		}
+		words[i] = w
+	}
+	allowed := true
+	for i := range buckets {
+		l := buckets[i].Limit
+		st, left, tat := l.gcraSpan(words[i], l.tau, now, cost)
+		st.Remaining = left / l.interval
+		states[i], tats[i] = st, tat
+		allowed = allowed && st.Allowed
+	}
+	if !allowed || cost == 0 {
+		// Nothing is consumed: report each bucket's balance as it stands.
+		for i := range buckets {
+			if states[i].Allowed && cost > 0 {
+				l := buckets[i].Limit
+				st, left, _ := l.gcraSpan(words[i], l.tau, now, 0)
+				st.Remaining = left / l.interval
+				states[i] = st
+			}
+			ents[i].unlock(words[i])
+		}
+		return true
+	}
+	for i := range buckets {
+		ents[i].unlock(tats[i])
+	}
+	return true
 }
 
 // takeFast decides a one-bucket take of a token bucket or shaping limit on
