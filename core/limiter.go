@@ -327,6 +327,11 @@ type Limiter struct {
 	takes    sync.Pool     // *Take, for stores other than memory
 	checks   policyChecks  // run on every policy SetPolicy gets: see AddPolicyCheck
 	leases   *leaseTable   // the leases of leased rules, when store is a Leaser
+	// direct: the store is memory, which never fails, and nothing observes
+	// decisions (no observer, tally or denials) nor puts every rule in
+	// shadow mode: Decide may call decideOne without run's and decide's
+	// layers.
+	direct bool
 }
 
 // NewLimiter returns a limiter for policy with opts applied in order over
@@ -380,6 +385,7 @@ func NewLimiter(policy *Policy, opts ...Option) (*Limiter, error) {
 		l.fallback = m
 	}
 	l.memory, _ = l.store.(*MemoryStore)
+	l.direct = l.memory != nil && len(l.observer) == 0 && l.tally == nil && l.denials == nil && !l.shadow
 	if ls, ok := l.store.(Leaser); ok && l.memory == nil {
 		l.leases = newLeaseTable(ls)
 	}
@@ -477,7 +483,13 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, n int64, d *Decision
 		*d = Decision{}
 		return fmt.Errorf("%w: Decide: the request is nil", ErrNilArgument)
 	}
-	*d = Decision{}
+	d.clear()
+	if l != nil && l.direct {
+		// What run and decide would do, without their layers.
+		if p := l.policy.Load(); p.single() && n >= 0 && n <= MaxCost {
+			return l.decideOne(p, time.Time{}, req, n, d)
+		}
+	}
 	return l.run(ctx, time.Time{}, req, n, d)
 }
 
@@ -602,7 +614,7 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		}
 	}
 	p := l.policy.Load()
-	if len(p.rules) == 1 && p.plain && !p.leased && !p.shadow && !l.shadow && l.memory != nil {
+	if p.single() && !l.shadow && l.memory != nil {
 		return l.decideOne(p, now, req, n, d)
 	}
 	// The tiers live on this stack frame, up to maxInlineTiers; the
@@ -625,6 +637,13 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
 }
 
+// single reports whether p is one plain rule (no plan, routes, predicate,
+// lookup, lease or shadow mode), which decideOne decides on the memory
+// store.
+func (p *Policy) single() bool {
+	return len(p.rules) == 1 && p.plain && !p.leased && !p.shadow
+}
+
 // decideOne is decideOn for a policy of one plain rule (no plan, routes,
 // predicate, lookup, lease or shadow mode) on the memory store: the same
 // decision, without the slices of the general path.
@@ -638,13 +657,9 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 		return nil
 	}
 	r := &p.rules[0]
-	var (
-		bs    = [1]Bucket{{Rule: r.Name, Key: id, Limit: &r.Limit}}
-		st    [1]BucketState
-		rules = [1]*Rule{r}
-	)
-	d.At = time.Unix(0, l.memory.takeRule(rules[0], &bs[0], &st[0], now, n))
-	d.fill(st[:], rules[:], bs[:], false)
+	var st BucketState
+	d.At = time.Unix(0, l.memory.takeRule(r, id, &r.Limit, &st, now, n))
+	d.fillOne(r, &r.Limit, &st, false)
 	return nil
 }
 
@@ -769,7 +784,7 @@ func (l *Limiter) settle(ctx context.Context, now time.Time, n int64, buckets []
 	var err error
 	if l.memory != nil && len(buckets) == 1 {
 		// Everything take would check was checked above.
-		d.At = time.Unix(0, l.memory.takeRule(rules[0], &buckets[0], &states[0], now, n))
+		d.At = time.Unix(0, l.memory.takeRule(rules[0], buckets[0].Key, buckets[0].Limit, &states[0], now, n))
 	} else if l.memory != nil {
 		d.At = time.Unix(0, l.memory.takeRules(rules, buckets, states, now, n))
 	} else {
@@ -1395,34 +1410,28 @@ func (d *Decision) setRec(i int, rule *Rule, limit *Limit, st *BucketState, shad
 
 func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, shadow bool) {
 	n := len(states)
+	if n == 1 {
+		d.fillOne(rules[0], buckets[0].Limit, &states[0], shadow || rules[0].Shadow)
+		return
+	}
 	d.setTiers(n)
 	best := -1
 	allowed := true
-	if n == 1 {
-		// One tier decides alone.
-		st := &states[0]
-		d.setRec(0, rules[0], buckets[0].Limit, st, shadow || rules[0].Shadow)
-		best, allowed = 0, st.Allowed
-		if allowed {
+	for i := range states {
+		allowed = allowed && states[i].Allowed
+	}
+	for i := range states {
+		st := &states[i]
+		if d.more != nil {
+			d.more[i] = TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st, Shadow: shadow || rules[i].Shadow}
+		} else {
+			d.setRec(i, rules[i], buckets[i].Limit, st, shadow || rules[i].Shadow)
+		}
+		if best < 0 || decides(st, &states[best], allowed) {
+			best = i
+		}
+		if allowed && st.Delay > d.Delay {
 			d.Delay = st.Delay
-		}
-	} else {
-		for i := range states {
-			allowed = allowed && states[i].Allowed
-		}
-		for i := range states {
-			st := &states[i]
-			if d.more != nil {
-				d.more[i] = TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st, Shadow: shadow || rules[i].Shadow}
-			} else {
-				d.setRec(i, rules[i], buckets[i].Limit, st, shadow || rules[i].Shadow)
-			}
-			if best < 0 || decides(st, &states[best], allowed) {
-				best = i
-			}
-			if allowed && st.Delay > d.Delay {
-				d.Delay = st.Delay
-			}
 		}
 	}
 	b := &states[best]
@@ -1433,6 +1442,34 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 	d.Remaining = b.Remaining
 	d.ResetAfter = b.ResetAfter
 	d.RetryAfter = b.RetryAfter
+	d.Rule, d.Scope = r.Name, r.Scope
+}
+
+// clear makes d the zero Decision, field by field: of its tier records,
+// it clears those d.n counts, the others being zero already (a Decision's
+// records past n are never set), rather than all 504 bytes.
+func (d *Decision) clear() {
+	if n := min(uint(d.n), maxInlineTiers); n > 0 {
+		clear(d.tiers[:n])
+		clear(d.flags[:n])
+	}
+	d.Allowed, d.Reason, d.Limit, d.Remaining = false, ReasonNone, 0, 0
+	d.ResetAfter, d.RetryAfter, d.Delay = 0, 0, 0
+	d.Rule, d.Scope, d.Cost, d.At = "", "", 0, time.Time{}
+	d.Degraded, d.Err, d.ShadowDenied = false, nil, false
+	d.n, d.more = 0, nil
+}
+
+// fillOne is fill for one tier, of rule r under l, which decides alone.
+func (d *Decision) fillOne(r *Rule, l *Limit, st *BucketState, shadow bool) {
+	d.n, d.more = 1, nil
+	d.setRec(0, r, l, st, shadow)
+	d.Allowed, d.Reason = st.Allowed, st.Reason
+	if st.Allowed {
+		d.Delay = st.Delay
+	}
+	d.Limit, d.Remaining = l.burst, st.Remaining
+	d.ResetAfter, d.RetryAfter = st.ResetAfter, st.RetryAfter
 	d.Rule, d.Scope = r.Name, r.Scope
 }
 

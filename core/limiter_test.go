@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // t0 is the first named instant of the timelines below.
@@ -590,32 +591,38 @@ func TestMemoryStoreMetrics(t *testing.T) {
 }
 
 // TestDecide: Decide decides as AllowN does, on two limiters with the same
-// rules and clock, overwriting whatever the decision held, and refuses nil
-// arguments.
+// rules and clock, overwriting whatever the decision held (one decision
+// reused for both policies, of one rule, which Decide decides without
+// run's layers, and of two), and refuses nil arguments.
 func TestDecide(t *testing.T) {
 	rules := []Rule{
 		{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 3)},
 		{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(2), 2)},
 	}
 	clock := NewManualClock(t0)
-	limiter := func() *Limiter {
+	limiter := func(rules ...Rule) *Limiter {
 		s, err := NewMemoryStore(WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return newTestLimiter(t, []Option{WithStore(s)}, rules...)
 	}
-	a, b := limiter(), limiter()
+	a, b := limiter(rules...), limiter(rules...)
+	a1, b1 := limiter(rules[0]), limiter(rules[0])
 	ctx := context.Background()
-	reqs := []Request{{User: "u", Endpoint: "/x"}, {User: "u"}, {Endpoint: "/x"}, {}, {User: "v", Endpoint: "/x"}}
+	reqs := []Request{{User: "u", Endpoint: "/x"}, {User: "u"}, {Endpoint: "/x"}, {}, {User: "v", Endpoint: "/x"}, {User: "a\x00"}, {User: "w", Endpoint: "/y"}}
 	var d Decision
-	for i := range 40 {
+	for i := range 80 {
 		req := reqs[i%len(reqs)]
-		n := int64(i % 3)
-		want, werr := a.AllowN(ctx, req, n)
-		gerr := b.Decide(ctx, &req, n, &d)
-		if (werr == nil) != (gerr == nil) || !sameDecision(&d, &want) {
-			t.Fatalf("request %d: Decide = %+v, %v; AllowN = %+v, %v", i, d, gerr, want, werr)
+		n := int64(i%4) - 1 + int64(i%5/4)*MaxCost
+		one, other := a, b
+		if i%2 == 1 {
+			one, other = a1, b1
+		}
+		want, wantErr := one.AllowN(ctx, req, n)
+		err := other.Decide(ctx, &req, n, &d)
+		if (wantErr == nil) != (err == nil) || !sameDecision(&d, &want) || !clearPast(&d) {
+			t.Fatalf("request %d (%+v, cost %d): Decide = %+v, %v; AllowN = %+v, %v", i, req, n, d, err, want, wantErr)
 		}
 		if i%4 == 3 {
 			clock.Advance(300 * time.Millisecond)
@@ -632,6 +639,73 @@ func TestDecide(t *testing.T) {
 	var zero Limiter
 	if err := zero.Decide(ctx, &req, 1, &d); !errors.Is(err, ErrNotConstructed) {
 		t.Errorf("Decide on a zero Limiter = %v, want ErrNotConstructed", err)
+	}
+}
+
+// clearPast reports whether d's tier records past those it holds are zero,
+// as in a Decision made afresh.
+func clearPast(d *Decision) bool {
+	for i := d.n; i < maxInlineTiers; i++ {
+		if d.tiers[i] != (tierRec{}) || d.flags[i] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDecisionClear: clear leaves a Decision equal to the zero one, every
+// field of it (found by reflection, so that a field added later is
+// covered) set before, its tier records up to n.
+func TestDecisionClear(t *testing.T) {
+	for _, n := range []int{0, 1, 3, maxInlineTiers} {
+		var d Decision
+		v := reflect.ValueOf(&d).Elem()
+		for i := range v.NumField() {
+			f := v.Field(i)
+			f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // unexported too
+			switch name := v.Type().Field(i).Name; name {
+			case "n":
+				f.SetInt(int64(n))
+			case "tiers", "flags":
+				for j := range n {
+					poison(t, f.Index(j))
+				}
+			default:
+				poison(t, f)
+			}
+		}
+		d.clear()
+		if !reflect.DeepEqual(d, Decision{}) {
+			t.Errorf("n = %d: clear left %+v, want the zero Decision", n, d)
+		}
+	}
+}
+
+// poison sets v, settable, to a value other than its zero value.
+func poison(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Interface:
+		v.Set(reflect.ValueOf(errors.New("x")))
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Field(i)
+			poison(t, reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem())
+		}
+	default:
+		t.Fatalf("poison: no value for a %v", v.Type())
 	}
 }
 

@@ -374,17 +374,17 @@ func (s *MemoryStore) tableFor(r *Rule) *ruleTable {
 	return rt
 }
 
-// takeRule is take for a valid one-bucket take of rule r, whose table it
-// finds without a lookup by name.
-func (s *MemoryStore) takeRule(r *Rule, b *Bucket, out *BucketState, now time.Time, cost int64) int64 {
+// takeRule is take for a valid one-bucket take of rule r, the bucket of
+// key under l, whose table it finds without a lookup by name.
+func (s *MemoryStore) takeRule(r *Rule, key string, l *Limit, out *BucketState, now time.Time, cost int64) int64 {
 	var ns int64
 	if now.IsZero() {
 		ns = s.now()
 	} else {
 		ns = now.UnixNano()
 	}
-	if !s.takeFastIn(s.tableFor(r), b, out, ns, cost) {
-		t := Take{Cost: cost, Buckets: []Bucket{*b}, States: []BucketState{{}}}
+	if !s.takeFastIn(s.tableFor(r), key, l, out, ns, cost) {
+		t := Take{Cost: cost, Buckets: []Bucket{{Rule: r.Name, Key: key, Limit: l}}, States: []BucketState{{}}}
 		s.takeLocked(&t, []*Rule{r}, ns)
 		*out = t.States[0]
 	}
@@ -496,19 +496,19 @@ func (s *MemoryStore) takeFast(b *Bucket, out *BucketState, now, cost int64) boo
 	if !l.isBucket() {
 		return false
 	}
-	return s.takeFastIn(s.table(b.Rule, false), b, out, now, cost)
+	return s.takeFastIn(s.table(b.Rule, false), b.Key, l, out, now, cost)
 }
 
-// takeFastIn is takeFast in rt, b's rule's table (nil: none).
-func (s *MemoryStore) takeFastIn(rt *ruleTable, b *Bucket, out *BucketState, now, cost int64) bool {
-	l := b.Limit
+// takeFastIn is takeFast for the bucket of key under l in rt, its rule's
+// table (nil: none).
+func (s *MemoryStore) takeFastIn(rt *ruleTable, key string, l *Limit, out *BucketState, now, cost int64) bool {
 	if rt == nil || !l.isBucket() {
 		return false
 	}
-	h := maphash.String(s.seed, b.Key)
+	h := maphash.String(s.seed, key)
 	sh := rt.shard(h)
 	for spins := 0; ; {
-		e := sh.tab.Load().find(h, b.Key)
+		e := sh.tab.Load().find(h, key)
 		if e == nil || e.shape != shapeOf(l) {
 			return false
 		}

@@ -213,3 +213,62 @@ func TestDecisionTiers(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryStoreFastPathsSameAsLocked: the same random takes, of one to
+// four buckets under token bucket and shaping limits that change now and
+// then (so that entries are replaced), on two stores with one clock: one
+// through Take, which decides on existing entries by compare-and-swap
+// (takeFast, takeFastMany), the other always through takeLocked. Every
+// state must be the same.
+func TestMemoryStoreFastPathsSameAsLocked(t *testing.T) {
+	clock := NewManualClock(time.Unix(1_700_000_000, 0))
+	newStore := func() *MemoryStore {
+		s, err := NewMemoryStore(WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	fast, locked := newStore(), newStore()
+	limits := []Limit{TokenBucket(PerSecond(10), 5), TokenBucket(PerSecond(20), 5), Shaping(PerSecond(10), 3, 200*time.Millisecond), TokenBucket(PerMinute(30), 2)}
+	for i := range limits {
+		if err := limits[i].validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules, keys := []string{"a", "b", "c", "d"}, []string{"k1", "k2"}
+	rng := uint64(1)
+	next := func(n int) int { // xorshift, for a sequence every run repeats
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return int(rng % uint64(n))
+	}
+	for i := range 5000 {
+		n := 1 + next(4)
+		start := next(len(rules))
+		buckets := make([]Bucket, n)
+		for j := range buckets {
+			// Distinct rules, so a take never names a bucket twice; the
+			// limit changes rarely, as a policy would.
+			lim := &limits[(start+j+i/500)%len(limits)]
+			if next(50) == 0 {
+				lim = &limits[next(len(limits))]
+			}
+			buckets[j] = Bucket{Rule: rules[(start+j)%len(rules)], Key: keys[next(len(keys))], Limit: lim}
+		}
+		cost := int64(next(3))
+		a := &Take{Cost: cost, Buckets: buckets, States: make([]BucketState, n)}
+		b := &Take{Cost: cost, Buckets: buckets, States: make([]BucketState, n)}
+		if err := fast.Take(context.Background(), a); err != nil {
+			t.Fatal(err)
+		}
+		locked.takeLocked(b, nil, clock.Now().UnixNano())
+		for j := range a.States {
+			if a.States[j] != b.States[j] {
+				t.Fatalf("take %d, bucket %d of %v, cost %d: Take says %+v, takeLocked %+v", i, j, buckets, cost, a.States[j], b.States[j])
+			}
+		}
+		clock.Advance(time.Duration(next(40)) * time.Millisecond)
+	}
+}
