@@ -457,28 +457,34 @@ func parseHost(s string, obfPort bool) (netip.Addr, bool) {
 // parseHost then decides. Whatever it accepts, parseHost accepts as the
 // same address, whose String is host.
 func parseIPv4Peer(s string) (host string, a netip.Addr, ok bool) {
+	// One pass, a byte at a time: k octets done, the current one n, of
+	// digits digits.
 	var ip [4]byte
+	k, n, digits := 0, 0, 0
 	i := 0
-	for k := range ip {
-		if k > 0 {
-			if i == len(s) || s[i] != '.' {
+scan:
+	for ; i < len(s); i++ {
+		switch c := s[i]; {
+		case c-'0' <= 9:
+			if digits == 3 || (digits == 1 && n == 0) {
+				return "", netip.Addr{}, false // too long, or a leading zero
+			}
+			n, digits = n*10+int(c-'0'), digits+1
+		case c == '.':
+			if digits == 0 || n > 255 || k == 3 {
 				return "", netip.Addr{}, false
 			}
-			i++
-		}
-		start, n := i, 0
-		for i < len(s) && i-start < 3 && '0' <= s[i] && s[i] <= '9' {
-			n = n*10 + int(s[i]-'0')
-			i++
-		}
-		if i == start || n > 255 || (s[start] == '0' && i-start > 1) {
+			ip[k], k, n, digits = byte(n), k+1, 0, 0
+		case c == ':':
+			break scan
+		default:
 			return "", netip.Addr{}, false
 		}
-		ip[k] = byte(n)
 	}
-	if i < len(s) && (s[i] != ':' || !validPort(s[i+1:], false)) {
+	if k != 3 || digits == 0 || n > 255 || (i < len(s) && !validPort(s[i+1:], false)) {
 		return "", netip.Addr{}, false
 	}
+	ip[3] = byte(n)
 	return s[:i], netip.AddrFrom4(ip), true
 }
 
