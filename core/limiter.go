@@ -485,10 +485,12 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, n int64, d *Decision
 	}
 	d.clear()
 	if l != nil && l.direct {
-		// What run and decide would do, without their layers.
+		// What run would do, without its layer; and for one rule, what
+		// decide would do, without its.
 		if p := l.policy.Load(); p.single() && n >= 0 && n <= MaxCost {
 			return l.decideOne(p, time.Time{}, req, n, d)
 		}
+		return l.decide(ctx, time.Time{}, req, n, d)
 	}
 	return l.run(ctx, time.Time{}, req, n, d)
 }
@@ -626,6 +628,16 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 			bucketArr [2]Bucket
 			stateArr  [2]BucketState
 			ruleArr   [2]*Rule
+		)
+		return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
+	}
+	if len(p.rules) <= 4 {
+		// The usual tiers (user, endpoint, IP, global) in half the room
+		// to zero.
+		var (
+			bucketArr [4]Bucket
+			stateArr  [4]BucketState
+			ruleArr   [4]*Rule
 		)
 		return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
 	}
