@@ -467,6 +467,12 @@ func (v *HeaderValues) Format(f *HeaderFormat, d *Decision) {
 	if f == nil {
 		return
 	}
+	if d.NumTiers() <= 2 {
+		// The common case, in a quarter of the room to zero.
+		var arr [2]TierState
+		f.values(d, f.shown(d, arr[:0]), d.At, v)
+		return
+	}
 	var arr [maxInlineTiers]TierState
 	f.values(d, f.shown(d, arr[:0]), d.At, v)
 }
