@@ -1389,11 +1389,29 @@ func (d *Decision) Tier() (TierState, bool) {
 	return TierState{}, false
 }
 
-// setTiers makes room for n tiers, to be set with setTier.
+// setTiers makes room for n tiers, to be set with setTier. It clears the
+// records the decision held past those the n tiers will be set in, so that
+// a Decision's records past the ones it holds are always zero, as in a new
+// one (which lets clear leave them alone).
 func (d *Decision) setTiers(n int) {
+	if d.n > n || n > maxInlineTiers {
+		d.clearFrom(n)
+	}
 	d.n, d.more = n, nil
 	if n > maxInlineTiers {
 		d.more = make([]TierState, n)
+	}
+}
+
+// clearFrom clears the records d holds from the one the tier n goes in
+// (none when n is past the inline records: the tiers go in more).
+func (d *Decision) clearFrom(n int) {
+	if n > maxInlineTiers {
+		n = 0
+	}
+	if held := min(max(d.n, 0), maxInlineTiers); held > n {
+		clear(d.tiers[n:held])
+		clear(d.flags[n:held])
 	}
 }
 
@@ -1458,23 +1476,19 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 }
 
 // clear makes d the zero Decision, field by field: of its tier records,
-// it clears those d.n counts, the others being zero already (a Decision's
-// records past n are never set), rather than all 504 bytes.
+// it clears those it holds, the others being zero already (see setTiers),
+// rather than all 504 bytes.
 func (d *Decision) clear() {
-	if n := min(uint(d.n), maxInlineTiers); n > 0 {
-		clear(d.tiers[:n])
-		clear(d.flags[:n])
-	}
+	d.setTiers(0)
 	d.Allowed, d.Reason, d.Limit, d.Remaining = false, ReasonNone, 0, 0
 	d.ResetAfter, d.RetryAfter, d.Delay = 0, 0, 0
 	d.Rule, d.Scope, d.Cost, d.At = "", "", 0, time.Time{}
 	d.Degraded, d.Err, d.ShadowDenied = false, nil, false
-	d.n, d.more = 0, nil
 }
 
 // fillOne is fill for one tier, of rule r under l, which decides alone.
 func (d *Decision) fillOne(r *Rule, l *Limit, st *BucketState, shadow bool) {
-	d.n, d.more = 1, nil
+	d.setTiers(1)
 	d.setRec(0, r, l, st, shadow)
 	d.Allowed, d.Reason = st.Allowed, st.Reason
 	if st.Allowed {

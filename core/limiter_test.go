@@ -679,6 +679,27 @@ func TestDecisionClear(t *testing.T) {
 			t.Errorf("n = %d: clear left %+v, want the zero Decision", n, d)
 		}
 	}
+	// A decision filled again with fewer tiers (as when shadow tiers are
+	// decided apart) keeps no record of the tiers it had past those.
+	r := Rule{Name: "r", Limit: TokenBucket(PerSecond(1), 1)}
+	states := make([]BucketState, maxInlineTiers)
+	rules, buckets := make([]*Rule, maxInlineTiers), make([]Bucket, maxInlineTiers)
+	for i := range states {
+		states[i] = BucketState{Allowed: true, Remaining: int64(i + 1)}
+		rules[i], buckets[i] = &r, Bucket{Rule: "r", Key: "k", Limit: &r.Limit}
+	}
+	for _, n := range []int{maxInlineTiers, 3, 2, 1} {
+		var d Decision
+		d.fill(states, rules, buckets, false)
+		d.fill(states[:n], rules[:n], buckets[:n], false)
+		if !clearPast(&d) || d.NumTiers() != n {
+			t.Errorf("filled with %d tiers, then %d: %d tiers, records past them %+v", maxInlineTiers, n, d.NumTiers(), d.tiers[n:])
+		}
+		d.clear()
+		if !reflect.DeepEqual(d, Decision{}) {
+			t.Errorf("filled with %d tiers, then %d, then cleared: %+v, want the zero Decision", maxInlineTiers, n, d)
+		}
+	}
 }
 
 // poison sets v, settable, to a value other than its zero value.
