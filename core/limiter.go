@@ -623,14 +623,6 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 	// memory store takes them as they are, so a decision allocates nothing.
 	// Separate variables, not a Take: escape analysis treats a struct as a
 	// whole, and now's *time.Location escapes on the interface path.
-	if len(p.rules) <= 2 {
-		var (
-			bucketArr [2]Bucket
-			stateArr  [2]BucketState
-			ruleArr   [2]*Rule
-		)
-		return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
-	}
 	if len(p.rules) <= 4 {
 		// The usual tiers (user, endpoint, IP, global) in half the room
 		// to zero.

@@ -425,7 +425,7 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 		ents  [maxInlineTiers]*entry
 		words [maxInlineTiers]int64
 		tats  [maxInlineTiers]int64
-		order [maxInlineTiers]uint8
+		order [maxInlineTiers]int
 	)
 	for i := range buckets {
 		b := &buckets[i]
@@ -445,21 +445,9 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 			return false
 		}
 		ents[i] = e
-		order[i] = uint8(i)
-		for j := i; j > 0 && uintptr(unsafe.Pointer(ents[order[j]])) < uintptr(unsafe.Pointer(ents[order[j-1]])); j-- {
-			order[j], order[j-1] = order[j-1], order[j]
-		}
 	}
-	for k, i := range order[:n] {
-		w, ok := ents[i].lock()
-		if !ok {
-			// Dropped meanwhile: takeLocked looks the keys up again.
-			for _, j := range order[:k] {
-				ents[j].unlock(words[j])
-			}
-			return false
-		}
-		words[i] = w
+	if !lockInOrder(ents[:n], words[:n], order[:n]) {
+		return false // takeLocked looks the keys up again
 	}
 	allowed := true
 	for i := range buckets {
@@ -621,23 +609,9 @@ func (s *MemoryStore) takeLocked(t *Take, rules []*Rule, now int64) {
 retry:
 	for i := range t.Buckets {
 		ents[i] = s.findOrAdd(tabs[i], &t.Buckets[i], now)
-		order[i] = i
 	}
-	for i := 1; i < n; i++ {
-		for j := i; j > 0 && uintptr(unsafe.Pointer(ents[order[j]])) < uintptr(unsafe.Pointer(ents[order[j-1]])); j-- {
-			order[j], order[j-1] = order[j-1], order[j]
-		}
-	}
-	for k, i := range order {
-		w, ok := ents[i].lock()
-		if !ok {
-			// Dropped meanwhile (reclaimed, evicted, reset): start again.
-			for _, j := range order[:k] {
-				ents[j].unlock(words[j])
-			}
-			goto retry
-		}
-		words[i] = w
+	if !lockInOrder(ents, words, order) {
+		goto retry // one was dropped meanwhile (reclaimed, evicted, reset)
 	}
 	// A token bucket decides on its locked TAT, as takeFast does on a read
 	// one; a window or log on its state, decided again to commit it (it
@@ -686,6 +660,31 @@ retry:
 			e.unlock(words[i])
 		}
 	}
+}
+
+// lockInOrder locks ents, none twice, in the order of their addresses, the
+// one order every take locks in, so that two takes cannot deadlock, and
+// sets words[i] to the word ents[i] held; order, of len(ents), is its room
+// to sort in. It reports false, having unlocked those it locked, when one
+// was dropped meanwhile.
+func lockInOrder(ents []*entry, words []int64, order []int) bool {
+	for i := range ents {
+		order[i] = i
+		for j := i; j > 0 && uintptr(unsafe.Pointer(ents[order[j]])) < uintptr(unsafe.Pointer(ents[order[j-1]])); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	for k, i := range order {
+		w, ok := ents[i].lock()
+		if !ok {
+			for _, j := range order[:k] {
+				ents[j].unlock(words[j])
+			}
+			return false
+		}
+		words[i] = w
+	}
+	return true
 }
 
 // decide decides a request of cost against e, locked with word w, under l,
