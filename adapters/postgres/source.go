@@ -241,7 +241,10 @@ type Stats struct {
 type ruleKey struct{ name, plan string }
 
 // Source keeps a limiter's policy in step with the RateLimitRule table: see
-// NewSource. Its methods are safe for concurrent use.
+// NewSource. Its methods are safe for concurrent use. It puts a policy in
+// force and records it (Stats, RuleID) under one lock, so that the
+// limiter's policy checks (core.Limiter.AddPolicyCheck), which SetPolicy
+// runs, must not call the Source's methods.
 type Source struct {
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig // for the listener's own connection
@@ -555,7 +558,25 @@ func (s *Source) load(ctx context.Context, first bool) error {
 		p, err = compile(specs, ids, s.cfg.plans)
 	}
 	if err == nil {
-		if err = s.limiter.SetPolicy(p); err != nil {
+		byRule := make(map[ruleKey]int64, len(specs))
+		compiled, _ := rules.CompileRules(specs) // compile succeeded: so does this
+		for i, r := range compiled {
+			byRule[ruleKey{r.Name, r.Plan}] = ids[i]
+		}
+		// The policy goes in force with the lock held, so that whoever
+		// sees it and then asks Stats or RuleID gets the counts and the
+		// rule ids that go with it, not the previous policy's.
+		s.mu.Lock()
+		if err = s.limiter.SetPolicy(p); err == nil {
+			if !first {
+				s.stats.Reloads++
+			}
+			s.stats.LastSuccess = time.Now()
+			s.stats.Rules, s.stats.FromFile = len(p.Rules()), false
+			s.ids = byRule
+		}
+		s.mu.Unlock()
+		if err != nil {
 			err = fmt.Errorf("pglimit: the limiter refused the rules of RateLimitRule: %w", err)
 		}
 	}
@@ -570,20 +591,7 @@ func (s *Source) load(ctx context.Context, first bool) error {
 		}
 		return err
 	}
-	byRule := make(map[ruleKey]int64, len(specs))
-	compiled, _ := rules.CompileRules(specs) // compile succeeded: so does this
-	for i, r := range compiled {
-		byRule[ruleKey{r.Name, r.Plan}] = ids[i]
-	}
 	s.applied = specs
-	s.mu.Lock()
-	if !first {
-		s.stats.Reloads++
-	}
-	s.stats.LastSuccess = time.Now()
-	s.stats.Rules, s.stats.FromFile = len(p.Rules()), false
-	s.ids = byRule
-	s.mu.Unlock()
 	if first {
 		s.log.Info("pglimit: rules loaded", "rules", len(p.Rules()))
 	} else {
