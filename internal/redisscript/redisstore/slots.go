@@ -110,8 +110,8 @@ func (g *group) reset(slot int) {
 // holding keys[i]: one script call per slot, all in one round trip. If a
 // slot denies or fails while others consumed, those are given back in a
 // second round trip: each bucket that still holds what the take wrote gets
-// its earlier value back exactly, others the cost. Until then the tokens are held, so this can
-// under-admit for a moment; it never over-admits.
+// its earlier value back exactly, others the cost. Until then the tokens
+// are held, so this can under-admit for a moment; it never over-admits.
 func (s *Store) takeSlots(caller context.Context, now string, keys []string, slots []int, t *core.Take) error {
 	st := slotTakes.Get().(*slotTake)
 	defer st.release()
