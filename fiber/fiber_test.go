@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -499,7 +500,9 @@ func TestDefaultErrors(t *testing.T) {
 
 // TestRemoteAddr: the view's RemoteAddr spells the TCP peer as
 // net.TCPAddr.String does (and net/http's Request.RemoteAddr), whatever
-// form fasthttp's address takes, and falls back to String for others.
+// form fasthttp's address takes, and falls back to String for others; its
+// PeerAddr (keyfuncs.PeerAddrRequest) gives the same peer as an address,
+// and nothing for the others.
 func TestRemoteAddr(t *testing.T) {
 	for _, addr := range []net.Addr{
 		&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1).To4(), Port: 1234},
@@ -510,9 +513,18 @@ func TestRemoteAddr(t *testing.T) {
 		&net.TCPAddr{Port: 8080}, // no IP
 		&net.UnixAddr{Name: "@", Net: "unix"},
 	} {
-		var got string
+		var (
+			got    string
+			peer   netip.AddrPort
+			peerOK bool
+		)
 		mw, err := fiberlimit.New(flowtest.Limiter(t, flowtest.PerUser), flow.WithKey(core.ScopeUser, func(r keyfuncs.Request) (string, error) {
 			got = r.RemoteAddr()
+			if pr, ok := r.(keyfuncs.PeerAddrRequest); ok {
+				peer, peerOK = pr.PeerAddr()
+			} else {
+				t.Errorf("the view is not a keyfuncs.PeerAddrRequest")
+			}
 			return "u", nil
 		}))
 		if err != nil {
@@ -527,6 +539,9 @@ func TestRemoteAddr(t *testing.T) {
 		app.Handler()(&ctx)
 		if want := addr.String(); got != want {
 			t.Errorf("RemoteAddr() for %#v = %q, want %q", addr, got, want)
+		}
+		if want, err := netip.ParseAddrPort(got); peerOK != (err == nil) || peerOK && peer != want {
+			t.Errorf("PeerAddr() for %#v = %v, %v; RemoteAddr() = %q", addr, peer, peerOK, got)
 		}
 	}
 }

@@ -125,17 +125,26 @@ func (v request) FullMethod() string { return "" }
 // reports it. Deliberately not c.IP() or c.IPs(): which proxies to believe
 // is keyfuncs.ClientIP's configuration, not the app's ProxyHeader.
 func (v request) RemoteAddr() string {
-	addr := v.c.Context().RemoteAddr()
-	if tcp, ok := addr.(*net.TCPAddr); ok {
-		// One allocation where TCPAddr.String takes two. An IPv4 address
-		// in its 16-byte form prints as IPv4, as TCPAddr.String prints it.
+	if ap, ok := v.PeerAddr(); ok {
+		// One allocation where TCPAddr.String takes two.
+		var buf [64]byte // "[" + 39 for IPv6 + zone + "]:65535" mostly fits
+		return string(ap.AppendTo(buf[:0]))
+	}
+	return v.c.Context().RemoteAddr().String()
+}
+
+// PeerAddr returns the TCP peer as the address fasthttp holds
+// (keyfuncs.PeerAddrRequest), an IPv4 address in its 16-byte form as IPv4,
+// as TCPAddr.String prints it; false for a peer that is not one. ClientIP
+// reads it rather than RemoteAddr, whose text would be formatted only to be
+// parsed again.
+func (v request) PeerAddr() (netip.AddrPort, bool) {
+	if tcp, ok := v.c.Context().RemoteAddr().(*net.TCPAddr); ok {
 		if ap := tcp.AddrPort(); ap.Addr().IsValid() {
-			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-			var buf [64]byte // "[" + 39 for IPv6 + zone + "]:65535" mostly fits
-			return string(ap.AppendTo(buf[:0]))
+			return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), true
 		}
 	}
-	return addr.String()
+	return netip.AddrPort{}, false
 }
 
 // Values returns every line of the request header name, in the order

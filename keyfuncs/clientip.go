@@ -184,6 +184,18 @@ func ClientIP(opts ...ClientIPOption) (Func, error) {
 }
 
 func (c *ipConfig) key(r Request) (string, error) {
+	if c.v4bits == 0 {
+		if pr, ok := r.(PeerAddrRequest); ok {
+			// The peer as an address, when the framework holds it as one:
+			// an untrusted IPv4 peer is the client, and its key the
+			// address's text, as below.
+			if ap, ok := pr.PeerAddr(); ok {
+				if a := ap.Addr().Unmap(); a.Is4() && !c.trusts(a) {
+					return a.String(), nil
+				}
+			}
+		}
+	}
 	peer := r.RemoteAddr()
 	if c.v4bits == 0 {
 		if host, a, ok := parseIPv4Peer(peer); ok && !c.trusts(a) {

@@ -2,6 +2,7 @@ package keyfuncs
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -128,19 +129,35 @@ func TestClientIP(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ClientIP() error = %v", err)
 			}
-			got, err := fn(Static{Peer: tt.peer, Header: tt.header})
-			if tt.want == "" {
-				if !errors.Is(err, ErrNoAddress) {
-					t.Fatalf("ClientIP()(peer %q, %v) = %q, %v; want an error wrapping ErrNoAddress", tt.peer, tt.header, got, err)
+			// The same peer as RemoteAddr's text and, when it parses as
+			// one, as the address a PeerAddrRequest gives.
+			static := Static{Peer: tt.peer, Header: tt.header}
+			ap, perr := netip.ParseAddrPort(tt.peer)
+			for _, r := range []Request{static, peerAddr{static, ap, perr == nil}} {
+				got, err := fn(r)
+				if tt.want == "" {
+					if !errors.Is(err, ErrNoAddress) {
+						t.Fatalf("ClientIP()(%T, peer %q, %v) = %q, %v; want an error wrapping ErrNoAddress", r, tt.peer, tt.header, got, err)
+					}
+					continue
 				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("ClientIP()(peer %q, %v) = %q, %v; want %q", tt.peer, tt.header, got, err, tt.want)
+				if err != nil || got != tt.want {
+					t.Fatalf("ClientIP()(%T, peer %q, %v) = %q, %v; want %q", r, tt.peer, tt.header, got, err, tt.want)
+				}
 			}
 		})
 	}
 }
+
+// peerAddr is a Static that gives its peer as an address too, as fiber's
+// requests do.
+type peerAddr struct {
+	Static
+	ap netip.AddrPort
+	ok bool
+}
+
+func (p peerAddr) PeerAddr() (netip.AddrPort, bool) { return p.ap, p.ok }
 
 func TestClientIPOptionErrors(t *testing.T) {
 	tests := []struct {

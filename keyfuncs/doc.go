@@ -69,5 +69,8 @@
 // enough. Values must return every field line of a header, in order:
 // ClientIP depends on seeing the whole chain. Route must be the router's
 // template, never the raw path, so that a client cannot create buckets at
-// will. Static is a plain implementation for tests and simple uses.
+// will. An adapter whose framework holds the peer as an address, not text,
+// also implements PeerAddrRequest, so that ClientIP need not parse text
+// formatted for it. Static is a plain implementation for tests and simple
+// uses.
 package keyfuncs

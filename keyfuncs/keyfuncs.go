@@ -3,10 +3,11 @@ package keyfuncs
 import (
 	"context"
 	"errors"
-
-	"github.com/bucketry/ratelimit/core"
+	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/bucketry/ratelimit/core"
 )
 
 // Request is the framework-neutral view of one request that key functions
@@ -43,6 +44,18 @@ type Request interface {
 	// stores them), so that the usual lookups need not allocate. Callers
 	// must not modify the returned slice.
 	Values(name string) []string
+}
+
+// PeerAddrRequest is a Request that can also give its TCP peer as an
+// address, for frameworks that hold it as one (fasthttp keeps a net.Addr):
+// ClientIP then reads the peer from it instead of parsing RemoteAddr's
+// text, which such a framework would have to format first. PeerAddr reports
+// false when the peer is not an IP address; ClientIP then reads RemoteAddr.
+// Both must name the same peer. An IPv4-mapped IPv6 address counts as the
+// IPv4 address, as in RemoteAddr's text.
+type PeerAddrRequest interface {
+	Request
+	PeerAddr() (netip.AddrPort, bool)
 }
 
 // Func derives one identity of a request: a user, an address, an endpoint,
