@@ -487,7 +487,7 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, n int64, d *Decision
 	if l != nil && l.direct {
 		// What run would do, without its layer; and for one rule, what
 		// decide would do, without its.
-		if p := l.policy.Load(); p.single() && n >= 0 && n <= MaxCost {
+		if p := l.policy.Load(); p.single() && validCost(n) {
 			return l.decideOne(p, time.Time{}, req, n, d)
 		}
 		return l.decide(ctx, time.Time{}, req, n, d)

@@ -271,4 +271,18 @@ func TestMemoryStoreFastPathsSameAsLocked(t *testing.T) {
 		}
 		clock.Advance(time.Duration(next(40)) * time.Millisecond)
 	}
+	// The comparison above says something of takeFastMany only if it
+	// decides the common case: takes on existing token buckets under the
+	// limits they were written under (here, read without consuming).
+	for _, n := range []int{2, 4} {
+		buckets := make([]Bucket, n)
+		for j := range buckets {
+			buckets[j] = Bucket{Rule: "e" + strconv.Itoa(j), Key: "k", Limit: &limits[0]}
+		}
+		write := &Take{Cost: 1, Buckets: buckets, States: make([]BucketState, n)}
+		fast.takeLocked(write, nil, clock.Now().UnixNano())
+		if !fast.takeFastMany(nil, buckets, make([]BucketState, n), clock.Now().UnixNano(), 0) {
+			t.Errorf("takeFastMany refused %d existing token buckets", n)
+		}
+	}
 }

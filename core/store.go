@@ -80,10 +80,13 @@ func validKey(key string) bool {
 	return true
 }
 
+// validCost reports whether cost is between 0 and MaxCost.
+func validCost(cost int64) bool { return cost >= 0 && cost <= MaxCost }
+
 // checkCost returns an error wrapping ErrInvalidCost if cost is negative or
 // above MaxCost.
 func checkCost(cost int64) error {
-	if cost < 0 || cost > MaxCost {
+	if !validCost(cost) {
 		return fmt.Errorf("%w: must be between 0 and 2^50, got %d", ErrInvalidCost, cost)
 	}
 	return nil
