@@ -72,12 +72,6 @@
 -- are computed in the same order of operations as core. Every integer packed
 -- is one a double holds exactly, and struct converts it exactly.
 
-local E9 = 1000000000
-local TWO53 = 9007199254740992
-local pack, sunpack = struct.pack, struct.unpack
-local fmod, floor, ceil, frexp = math.fmod, math.floor, math.ceil, math.frexp
-local byte, rep, concat = string.byte, string.rep, table.concat
-
 -- fast:begin
 -- The common call first, kept small so that Redis runs little code for
 -- it: modes "t" and "u" on token buckets and shaping limits of at most 100
@@ -91,13 +85,25 @@ local byte, rep, concat = string.byte, string.rep, table.concat
 -- bucket 2^53 ns or more ahead of the time used. The definitions below it
 -- then run, only then.
 --
--- It holds a bucket's state by the index of its key in KEYS: kalg (the
--- algorithm of the value read or written; false for none, nil before the
--- read), ks and kns (its TAT) and kspan (the fill time it was written
--- under).
+-- Much of what a call costs Redis is what it allocates and the garbage
+-- collection that follows: fast makes no closure, keeps every key's state
+-- and every limit in one table each, made at its full size at once (a
+-- table grown entry by entry is rebuilt at every power of two), makes the
+-- reply's table at the least size it can need, and makes the tables only
+-- mode "u" and requests of several buckets need only for them. A key's state, at st[5k-4] to st[5k] for
+-- the key at index k in KEYS: the algorithm of its value (0 before it is
+-- read, false for no token bucket or shaping value, a new bucket), its TAT
+-- (seconds, nanoseconds), the fill time it was written under, and the time
+-- to live to write it with, in ns (0 while it is not to be written).
 local function fast()
-  local umode = ARGV[2] == 'u'
-  if ARGV[2] ~= 't' and not umode then return nil end
+  -- Its own names for what it uses: capturing none of the chunk's locals,
+  -- it has no upvalue to make and close.
+  local E9, TWO53 = 1000000000, 9007199254740992
+  local pack, sunpack, fmod = struct.pack, struct.unpack, math.fmod
+  local byte, rep, concat, format = string.byte, string.rep, table.concat, string.format
+  local mode = ARGV[2]
+  local umode = mode == 'u'
+  if mode ~= 't' and not umode then return nil end
   local now_s, now_ns
   local at = ARGV[1]
   if at == '' then
@@ -109,254 +115,258 @@ local function fast()
     now_s, now_ns = tonumber(string.sub(at, 1, #at - 9)), tonumber(string.sub(at, #at - 8))
   end
   if not now_s or not now_ns then return nil end
-  local min_ttl = tonumber(ARGV[3]) or 0
+  local min_ttl = 0
+  if ARGV[3] ~= '0' then
+    min_ttl = tonumber(ARGV[3]) or 0
+    if min_ttl % 1 ~= 0 then return nil end
+  end
 
-  local lalg, la, lb, lc, ld = {}, {}, {}, {}, {}
+  -- The limits, five doubles each from lim[5j-4]: code, a, b, c, d.
   local blob = ARGV[4]
   local nl = #blob / 40
-  if nl ~= math.floor(nl) then return nil end
-  for j = 1, nl do
-    local code, a, b, c, d = sunpack('<ddddd', blob, 40 * j - 39)
-    if code ~= 1 and code ~= 2 then return nil end
-    lalg[j], la[j], lb[j], lc[j], ld[j] = code, a, b, c, d
+  if nl % 1 ~= 0 or nl > 1000 then return nil end
+  local lf = '<ddddd'
+  if nl ~= 1 then lf = '<' .. rep('d', 5 * nl) end
+  local lim = { sunpack(lf, blob) }
+  for j = 5, 5 * nl, 5 do
+    local code = lim[j - 4]
+    if (code ~= 1 and code ~= 2) or not (lim[j - 3] >= 1) then return nil end
   end
 
-  local kalg, ks, kns, kspan, kttl = {}, {}, {}, {}, {}
-  local kraw = {} -- mode "u": each key's value as it stands ('' for none)
-  local undo, nundo = {}, 0
-  local order, nord = {}, 0
-  -- read returns the algorithm of key k's value, reading it once per call
-  -- (false for a value that is not a 21-byte token bucket or shaping value:
-  -- no bucket, a new one), or nil for an index past KEYS.
-  local function read(k)
-    local kal = kalg[k]
-    if kal ~= nil then return kal end
-    local key = KEYS[k]
-    if not key then return nil end
-    kal = false
-    local v = redis.call('GET', key)
-    if v and #v == 21 then
-      local tag = byte(v, 1)
-      if tag == 1 or tag == 2 then
-        kal = tag
-        ks[k], kns[k], kspan[k] = sunpack('<i8i4i8', v, 2)
-      end
-    end
-    kalg[k] = kal
-    if umode then kraw[k] = v or '' end
-    return kal
-  end
-  -- debt returns key k's debt at the time used, its TAT ahead of it, >= 0,
-  -- for a value of the limit's algorithm and fill time tau; nil for one
-  -- written under another fill time or 2^53 ns or more ahead.
-  local function debt(k, tau)
-    local span = kspan[k]
-    if span > 0 and span ~= tau then return nil end
-    local raw = (ks[k] - now_s) * E9 + (kns[k] - now_ns)
-    if raw < 0 then return 0 end
-    if raw >= TWO53 then return nil end
-    return raw
-  end
-  -- tat returns the time used plus d ns, d >= 0, as a pair, and its time
-  -- to live: d, rounded up so that the TAT is a whole microsecond.
-  local function tat(d)
-    local r = fmod(d, E9)
-    local s, ns = now_s + (d - r) / E9, now_ns + r
-    if ns >= E9 then s, ns = s + 1, ns - E9 end
-    r = fmod(ns, 1000)
-    if r > 0 then return s, ns, d + 1000 - r end
-    return s, ns, d
-  end
-  -- put sets key k's state, written at the end to live ttl ns, and in mode
-  -- "u" returns its value.
-  local function put(k, alg, s, ns, tau, ttl)
-    kalg[k], ks[k], kns[k], kspan[k] = alg, s, ns, tau
-    if not kttl[k] then
-      nord = nord + 1
-      order[nord] = k
-    end
-    kttl[k] = ttl
-    if umode then
-      local v = pack('<Bi8i4i8', alg, s, ns, tau)
-      kraw[k] = v
-      return v
-    end
-  end
-  local out, nout = {}, 0
-  local bk, bj, bnext, bs, bns, bttl, broom, braw = {}, {}, {}, {}, {}, {}, {}, {}
+  local nk = #KEYS
+  if nk > 1000 then return nil end
   blob = ARGV[5]
   local pos, size = 1, #blob
-  -- next_bucket reads the request's next bucket at pos: the indexes of its
-  -- key and limit, the limit's algorithm and the bucket's debt at the time
-  -- used (0 for no value or another algorithm's); nil to hand the call
-  -- over.
-  local function next_bucket()
-    local k1, k2, k3, k4, j1, j2, j3, j4 = byte(blob, pos, pos + 7)
-    pos = pos + 8
-    local k, j = k1 + 256 * (k2 + 256 * (k3 + 256 * k4)), j1 + 256 * (j2 + 256 * (j3 + 256 * j4))
-    local alg = lalg[j]
-    if not alg then return nil end
-    local kal = read(k)
-    if kal == nil then return nil end
-    local raw = 0
-    if kal == alg then
-      raw = debt(k, lb[j])
-      if not raw then return nil end
-    end
-    return k, j, alg, raw
-  end
+  -- The reply's fields, four per bucket: a request of m buckets takes 16 +
+  -- 8m bytes of ARGV[5], so there are at least size / 24 buckets (as many
+  -- when each request has one).
+  local nout = size / 6
+  nout = nout - nout % 1
+  if nout > 5000 then return nil end
+  local zero = rep('\0', nout < 5 * nk and 5 * nk or nout)
+  local st, out = { byte(zero, 1, 5 * nk) }, { byte(zero, 1, nout) }
+  nout = 0
+  local kraw, undo, nundo -- mode "u": each key's value as it stands ('' for none); the undo values
+  if umode then kraw, undo, nundo = {}, {}, 0 end
+  -- Per bucket of a request of several: its key and limit index, whether
+  -- it takes, its new TAT and time to live, its room and debt.
+  local bk, bj, bnext, bs, bns, bttl, broom, braw
   while pos <= size do
     if pos + 15 > size then return nil end
-    local c1, c2, c3, c4, c5, c6, c7, c8, n1, n2, n3, n4, m1, m2, m3, m4 = byte(blob, pos, pos + 15)
-    pos = pos + 16
-    if c8 ~= 0 then return nil end
-    local cost = c1 + 256 * (c2 + 256 * (c3 + 256 * (c4 + 256 * (c5 + 256 * (c6 + 256 * c7)))))
-    local count = n1 + 256 * (n2 + 256 * (n3 + 256 * n4))
-    local m = m1 + 256 * (m2 + 256 * (m3 + 256 * m4))
-    if pos + 8 * m - 1 > size then return nil end
-    if count ~= 1 then
-      -- A run of count identical requests of cost > 0, decided at once:
-      -- at one time, each admitted request adds need to every bucket's
-      -- debt, and once one is denied every later one is, nothing having
-      -- changed. A request at debt raw passes a bucket while raw <= tau -
-      -- need (+ max wait when shaping), so the first lim / need + 1 pass,
-      -- lim the margin at the run's start (exact: fmod is, and every
-      -- value is an integer below 2^53). Each bucket's record is the code
-      -- 3, its debt at the run's start and the number admitted; the client
-      -- derives every request's state from them (redisscript.Builder).
-      if count < 2 or cost == 0 or m == 0 then return nil end
-      local adm = count
-      for i = 1, m do
-        local k, j, alg, raw = next_bucket()
-        if not k then return nil end
-        local need = cost * la[j]
-        local lim = -1
-        if cost <= lc[j] then
-          lim = lb[j] - need - raw
-          if alg == 2 then lim = lim + ld[j] end
+    local cost, count, m
+    cost, count, m, pos = sunpack('<i8I4I4', blob, pos)
+    if cost < 0 or cost >= TWO53 or pos + 8 * m - 1 > size then return nil end
+    local run = count ~= 1
+    if run and (count < 2 or cost == 0 or m == 0) then return nil end
+    if m > 1 and not bk then bk, bj, braw = {}, {}, {} end
+    if m > 1 and not run and not bnext then bnext, bs, bns, bttl, broom = {}, {}, {}, {}, {} end
+    -- A run of count identical requests of cost > 0 is decided at once:
+    -- at one time, each admitted request adds need to every bucket's
+    -- debt, and once one is denied every later one is, nothing having
+    -- changed. A request at debt raw passes a bucket while raw <= tau -
+    -- need (+ max wait when shaping), so the first margin / need + 1
+    -- pass, margin the room at the run's start (exact: fmod is, and
+    -- every value is an integer below 2^53). Each bucket's record is the
+    -- code 3, its debt at the run's start and the number admitted; the
+    -- client derives every request's state from them
+    -- (redisscript.Builder).
+    local adm = count
+    local allowed = true
+    local base = nundo
+    -- A request of one bucket keeps it in these.
+    local k1, j1, raw1, s1, ns1, ttl1
+    for i = 1, m do
+      -- The bucket: its key and limit, and its debt at the time used (0
+      -- for no value or another algorithm's).
+      local k, j
+      k, j, pos = sunpack('<I4I4', blob, pos)
+      if j < 1 or j > nl then return nil end
+      local l = 5 * j
+      local alg = lim[l - 4]
+      local b = 5 * k
+      local kal = st[b - 4]
+      if kal == 0 then
+        kal = false
+        local v = redis.call('GET', KEYS[k])
+        if v and #v == 21 then
+          local tag = byte(v, 1)
+          if tag == 1 or tag == 2 then
+            kal = tag
+            st[b - 3], st[b - 2], st[b - 1] = sunpack('<i8i4i8', v, 2)
+          end
         end
-        if lim < 0 then
+        st[b - 4] = kal
+        if umode then kraw[k] = v or '' end
+      elseif kal == nil then
+        return nil -- an index past KEYS
+      end
+      local interval, tau = lim[l - 3], lim[l - 2]
+      local raw = 0
+      if kal == alg then
+        local span = st[b - 1]
+        if span > 0 and span ~= tau then return nil end
+        raw = (st[b - 3] - now_s) * E9 + (st[b - 2] - now_ns)
+        if raw < 0 then
+          raw = 0
+        elseif raw >= TWO53 then
+          return nil
+        end
+      end
+      local need = cost * interval
+      if run then
+        local margin = -1
+        if cost <= lim[l - 1] then
+          margin = tau - need - raw
+          if alg == 2 then margin = margin + lim[l] end
+        end
+        if margin < 0 then
           adm = 0
-        elseif lim >= TWO53 then
+        elseif margin >= TWO53 then
           return nil
         else
-          local cap = (lim - fmod(lim, need)) / need + 1
+          local cap = (margin - fmod(margin, need)) / need + 1
           if cap < adm then adm = cap end
         end
+      else
+        if umode then
+          -- The bucket's value before the request and, set below if the
+          -- request writes it, after.
+          undo[nundo + 1], undo[nundo + 2] = kraw[k], ''
+          nundo = nundo + 2
+        end
+        local room = tau - raw
+        local roompos = room
+        if roompos < 0 then roompos = 0 end
+        local wait = need - room
+        local reason, left, reset, w, nx = 0, roompos, raw, 0, false
+        if cost > lim[l - 1] then
+          reason, allowed = 2, false
+        elseif cost > 0 then
+          if wait <= 0 or (alg == 2 and wait <= lim[l]) then
+            if wait > 0 then w = wait end
+            left = room - need
+            if left < 0 then left = 0 end
+            -- The new TAT, the time used plus d, and its time to live, d
+            -- rounded up so that the TAT is a whole microsecond.
+            local d = raw + need
+            local r = fmod(d, E9)
+            local s, ns = now_s + (d - r) / E9, now_ns + r
+            if ns >= E9 then s, ns = s + 1, ns - E9 end
+            r = fmod(ns, 1000)
+            local ttl = d
+            if r > 0 then ttl = d + 1000 - r end
+            reset, nx = d, true
+            if m == 1 then
+              s1, ns1, ttl1 = s, ns, ttl
+            else
+              bs[i], bns[i], bttl[i] = s, ns, ttl
+            end
+          else
+            if alg == 2 then wait = wait - lim[l] end
+            reason, w, allowed = 1, wait, false
+          end
+        end
+        if m > 1 then bnext[i], broom[i] = nx, roompos end
+        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, (left - fmod(left, interval)) / interval, reset, w
+        nout = nout + 4
+      end
+      if m == 1 then
+        k1, j1, raw1 = k, j, raw
+      else
         bk[i], bj[i], braw[i] = k, j, raw
       end
+    end
+    if run then
       for i = 1, m do
-        local k, j, raw = bk[i], bj[i], braw[i]
-        local before, after = kraw[k], ''
+        local k, j, raw = k1, j1, raw1
+        if m > 1 then k, j, raw = bk[i], bj[i], braw[i] end
+        local after = ''
         if adm > 0 then
-          local d = raw + adm * (cost * la[j])
+          local l = 5 * j
+          local d = raw + adm * (cost * lim[l - 3])
           if d >= TWO53 then return nil end
-          local s, ns, ttl = tat(d)
-          after = put(k, lalg[j], s, ns, lb[j], ttl) or ''
+          local r = fmod(d, E9)
+          local s, ns = now_s + (d - r) / E9, now_ns + r
+          if ns >= E9 then s, ns = s + 1, ns - E9 end
+          r = fmod(ns, 1000)
+          local ttl = d
+          if r > 0 then ttl = d + 1000 - r end
+          local b = 5 * k
+          st[b - 4], st[b - 3], st[b - 2], st[b - 1], st[b] = lim[l - 4], s, ns, lim[l - 2], ttl
+          if umode then after = pack('<Bi8i4i8', lim[l - 4], s, ns, lim[l - 2]) end
         end
         out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = 3, raw, adm, 0
         nout = nout + 4
         if umode then
           -- The value before the run and the last it wrote: the client
           -- derives each request's pair from them.
-          undo[nundo + 1], undo[nundo + 2] = before, after
+          undo[nundo + 1], undo[nundo + 2] = kraw[k], after
           nundo = nundo + 2
+          kraw[k] = after ~= '' and after or kraw[k]
         end
       end
-    else
-      local allowed = true
-      local base = nundo
+    elseif allowed then
+      -- Every bucket takes: their new states are set.
       for i = 1, m do
-        local k, j, alg, raw = next_bucket()
-        if not k then return nil end
-        if umode then
-          -- Each bucket's value before the request and, set below if the
-          -- request writes it, after.
-          undo[nundo + 1], undo[nundo + 2] = kraw[k], ''
-          nundo = nundo + 2
-        end
-        local interval, tau = la[j], lb[j]
-        local room = tau - raw
-        local roompos = room
-        if roompos < 0 then roompos = 0 end
-        local need = cost * interval
-        local wait = need - room
-        local reason, rem, reset, w = 0, (roompos - fmod(roompos, interval)) / interval, raw, 0
-        local nx = false
-        if cost > lc[j] then
-          reason, allowed = 2, false
-        elseif cost > 0 then
-          if wait <= 0 or (alg == 2 and wait <= ld[j]) then
-            if wait > 0 then w = wait end
-            local left = room - need
-            if left < 0 then left = 0 end
-            local d = raw + need
-            local s, ns, ttl = tat(d)
-            rem, reset, nx = (left - fmod(left, interval)) / interval, d, true
-            if m == 1 then
-              -- Alone, it decides its request: written at once.
-              local v = put(k, alg, s, ns, tau, ttl)
-              if v then undo[nundo] = v end
-            else
-              bs[i], bns[i], bttl[i] = s, ns, ttl
+        if m == 1 or bnext[i] then
+          local k, j, s, ns, ttl = k1, j1, s1, ns1, ttl1
+          if m > 1 then k, j, s, ns, ttl = bk[i], bj[i], bs[i], bns[i], bttl[i] end
+          if ttl then
+            local l, b = 5 * j, 5 * k
+            st[b - 4], st[b - 3], st[b - 2], st[b - 1], st[b] = lim[l - 4], s, ns, lim[l - 2], ttl
+            if umode then
+              local v = pack('<Bi8i4i8', lim[l - 4], s, ns, lim[l - 2])
+              kraw[k] = v
+              undo[base + 2 * i] = v
             end
-          else
-            if alg == 2 then wait = wait - ld[j] end
-            reason, w, allowed = 1, wait, false
           end
         end
-        if m > 1 then
-          bk[i], bj[i], bnext[i], broom[i], braw[i] = k, j, nx, roompos, raw
-        end
-        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, rem, reset, w
-        nout = nout + 4
       end
-      if m == 1 then
-        -- Decided and written above; a denial has no allowing bucket to
-        -- report.
-      elseif allowed then
-        for i = 1, m do
-          if bnext[i] then
-            local j = bj[i]
-            local v = put(bk[i], lalg[j], bs[i], bns[i], lb[j], bttl[i])
-            if v then undo[base + 2 * i] = v end
-          end
+    elseif m > 1 then
+      -- Nothing is consumed: an allowing bucket reports its balance as it
+      -- stands, as a read of cost 0.
+      local o = nout - 4 * m
+      for i = 1, m do
+        if out[o + 1] == 0 then
+          local roompos, interval = broom[i], lim[5 * bj[i] - 3]
+          out[o + 2], out[o + 3], out[o + 4] = (roompos - fmod(roompos, interval)) / interval, braw[i], 0
         end
-      else
-        -- Nothing is consumed: an allowing bucket reports its balance as it
-        -- stands, as a read of cost 0.
-        local o = nout - 4 * m
-        for i = 1, m do
-          if out[o + 1] == 0 then
-            local roompos, j = broom[i], bj[i]
-            out[o + 2], out[o + 3], out[o + 4] = (roompos - fmod(roompos, la[j])) / la[j], braw[i], 0
-          end
-          o = o + 4
-        end
+        o = o + 4
       end
     end
   end
 
-  for x = 1, nord do
-    local k = order[x]
-    local ttl = kttl[k] + 999999
-    local ms = (ttl - fmod(ttl, 1000000)) / 1000000
-    if ms < 1 then ms = 1 end
-    if ms < min_ttl then ms = min_ttl end
-    redis.call('SET', KEYS[k], pack('<Bi8i4i8', kalg[k], ks[k], kns[k], kspan[k]), 'PX', ms)
+  for k = 1, nk do
+    local b = 5 * k
+    local ttl = st[b]
+    if ttl > 0 then
+      ttl = ttl + 999999
+      local ms = (ttl - fmod(ttl, 1000000)) / 1000000
+      if ms < min_ttl then ms = min_ttl end
+      redis.call('SET', KEYS[k], pack('<Bi8i4i8', st[b - 4], st[b - 3], st[b - 2], st[b - 1]), 'PX', format('%d', ms))
+    end
   end
 
+  -- The reply, packed sixteen records at a time.
+  local nrec = nout / 4
+  if nrec <= 16 then
+    local f = '<i8i4Bi8i8i8' -- a literal costs no string to make
+    if nrec ~= 1 then f = '<i8i4' .. rep('Bi8i8i8', nrec) end
+    local r = pack(f, now_s, now_ns, unpack(out, 1, nout))
+    if umode then return { r, undo } end
+    return { r }
+  end
   local parts = { pack('<i8i4', now_s, now_ns) }
-  local f16 = '<' .. string.rep('Bi8i8i8', 16)
+  local f16 = '<Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8'
   for x = 0, nout - 1, 64 do
     if nout - x >= 64 then
       parts[#parts + 1] = pack(f16, unpack(out, x + 1, x + 64))
     else
-      parts[#parts + 1] = pack('<' .. string.rep('Bi8i8i8', (nout - x) / 4), unpack(out, x + 1, nout))
+      parts[#parts + 1] = pack('<' .. rep('Bi8i8i8', (nout - x) / 4), unpack(out, x + 1, nout))
     end
   end
-  if umode then return { table.concat(parts), undo } end
-  return { table.concat(parts) }
+  if umode then return { concat(parts), undo } end
+  return { concat(parts) }
 end
 -- fast:call
 do
@@ -364,6 +374,13 @@ do
   if r then return r end
 end
 -- fast:end
+
+local E9 = 1000000000
+local TWO53 = 9007199254740992
+local pack, sunpack = struct.pack, struct.unpack
+local fmod, floor, ceil, frexp = math.fmod, math.floor, math.ceil, math.frexp
+local byte, rep, concat = string.byte, string.rep, table.concat
+
 
 local function split(str)
   local n = #str

@@ -537,6 +537,14 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 		if fv, gv := values(fb.Keys), values(gb.Keys); !slices.Equal(fv, gv) {
 			t.Fatalf("call %d: the fast path wrote %q, the rest %q", call, fv, gv)
 		}
+		// Both write a key to live as long, but for the time between the
+		// two calls (the times to live are counted from each SET).
+		for i := range fb.Keys {
+			ft, gt := client.PTTL(ctx, fb.Keys[i]).Val(), client.PTTL(ctx, gb.Keys[i]).Val()
+			if (ft < 0) != (gt < 0) || (ft-gt).Abs() > 250*time.Millisecond {
+				t.Fatalf("call %d: key %d lives %v through the fast path, %v through the rest", call, i, ft, gt)
+			}
+		}
 	}
 	if len(fastKeys) == 0 || len(generalKeys) == 0 || runs == 0 || compact == 0 {
 		t.Fatalf("%d keys, %d requests repeated, %d calls answered with runs: nothing compared", len(fastKeys), runs, compact)
