@@ -31,10 +31,13 @@
 //
 // The script opens with a fast path for the common call, a take on token
 // buckets and shaping limits of at most 100 days: a small function that
-// decides it as the rest of the script would and returns, so that the rest
-// (other algorithms, undo, refunds, leases, rescaling after a limit
-// change) is not even defined for it. It hands over, having written
-// nothing, whatever it does not decide itself.
+// decides it, with undo values when asked, as the rest of the script would
+// and returns, so that the rest (other algorithms, refunds, leases,
+// rescaling after a limit change) is not even defined for it. It hands
+// over, having written nothing, whatever it does not decide itself. What
+// it allocates (tables, closures, strings) costs Redis more than its
+// arithmetic, garbage collection included; it keeps that to a few tables
+// made at their size.
 //
 // # What a key holds
 //
