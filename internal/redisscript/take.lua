@@ -148,9 +148,10 @@ local function fast()
   nout = 0
   local kraw, undo, nundo -- mode "u": each key's value as it stands ('' for none); the undo values
   if umode then kraw, undo, nundo = {}, {}, 0 end
-  -- Per bucket of a request of several: its key and limit index, whether
-  -- it takes, its new TAT and time to live, its room and debt.
-  local bk, bj, bnext, bs, bns, bttl, broom, braw
+  -- Per bucket of a request of several: its key and limit index, its
+  -- debt, and, in a single request, its debt once it takes (false: it
+  -- takes nothing) and its room.
+  local bk, bj, braw, bd, broom
   while pos <= size do
     if pos + 15 > size then return nil end
     local cost, count, m
@@ -159,7 +160,7 @@ local function fast()
     local run = count ~= 1
     if run and (count < 2 or cost == 0 or m == 0) then return nil end
     if m > 1 and not bk then bk, bj, braw = {}, {}, {} end
-    if m > 1 and not run and not bnext then bnext, bs, bns, bttl, broom = {}, {}, {}, {}, {} end
+    if m > 1 and not run and not bd then bd, broom = {}, {} end
     -- A run of count identical requests of cost > 0 is decided at once:
     -- at one time, each admitted request adds need to every bucket's
     -- debt, and once one is denied every later one is, nothing having
@@ -174,7 +175,7 @@ local function fast()
     local allowed = true
     local base = nundo
     -- A request of one bucket keeps it in these.
-    local k1, j1, raw1, s1, ns1, ttl1
+    local k1, j1, raw1, d1
     for i = 1, m do
       -- The bucket: its key and limit, and its debt at the time used (0
       -- for no value or another algorithm's).
@@ -213,6 +214,7 @@ local function fast()
         end
       end
       local need = cost * interval
+      local d = false
       if run then
         local margin = -1
         if cost <= lim[l - 1] then
@@ -238,7 +240,7 @@ local function fast()
         local roompos = room
         if roompos < 0 then roompos = 0 end
         local wait = need - room
-        local reason, left, reset, w, nx = 0, roompos, raw, 0, false
+        local reason, left, reset, w = 0, roompos, raw, 0
         if cost > lim[l - 1] then
           reason, allowed = 2, false
         elseif cost > 0 then
@@ -246,44 +248,53 @@ local function fast()
             if wait > 0 then w = wait end
             left = room - need
             if left < 0 then left = 0 end
-            -- The new TAT, the time used plus d, and its time to live, d
-            -- rounded up so that the TAT is a whole microsecond.
-            local d = raw + need
-            local r = fmod(d, E9)
-            local s, ns = now_s + (d - r) / E9, now_ns + r
-            if ns >= E9 then s, ns = s + 1, ns - E9 end
-            r = fmod(ns, 1000)
-            local ttl = d
-            if r > 0 then ttl = d + 1000 - r end
-            reset, nx = d, true
-            if m == 1 then
-              s1, ns1, ttl1 = s, ns, ttl
-            else
-              bs[i], bns[i], bttl[i] = s, ns, ttl
-            end
+            d = raw + need
+            reset = d
           else
             if alg == 2 then wait = wait - lim[l] end
             reason, w, allowed = 1, wait, false
           end
         end
-        if m > 1 then bnext[i], broom[i] = nx, roompos end
+        if m > 1 then broom[i] = roompos end
         out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, (left - fmod(left, interval)) / interval, reset, w
         nout = nout + 4
       end
       if m == 1 then
-        k1, j1, raw1 = k, j, raw
+        k1, j1, raw1, d1 = k, j, raw, d
       else
         bk[i], bj[i], braw[i] = k, j, raw
+        if not run then bd[i] = d end
       end
     end
     if run then
+      -- Each bucket's record and, in mode "u", its value before the run
+      -- and the last the run wrote, set below if it wrote one: the client
+      -- derives each request's pair from them.
       for i = 1, m do
-        local k, j, raw = k1, j1, raw1
+        local k, raw = k1, raw1
+        if m > 1 then k, raw = bk[i], braw[i] end
+        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = 3, raw, adm, 0
+        nout = nout + 4
+        if umode then
+          undo[nundo + 1], undo[nundo + 2] = kraw[k], ''
+          nundo = nundo + 2
+        end
+      end
+    end
+    if (run and adm > 0) or (not run and allowed) then
+      -- The buckets that take get their new state: the TAT the time used
+      -- plus their new debt d, to live d rounded up so that the TAT is a
+      -- whole microsecond.
+      for i = 1, m do
+        local k, j, raw, d = k1, j1, raw1, d1
         if m > 1 then k, j, raw = bk[i], bj[i], braw[i] end
-        local after = ''
-        if adm > 0 then
-          local l = 5 * j
-          local d = raw + adm * (cost * lim[l - 3])
+        local l = 5 * j
+        if run then
+          d = raw + adm * (cost * lim[l - 3])
+        elseif m > 1 then
+          d = bd[i]
+        end
+        if d then
           if d >= TWO53 then return nil end
           local r = fmod(d, E9)
           local s, ns = now_s + (d - r) / E9, now_ns + r
@@ -293,36 +304,14 @@ local function fast()
           if r > 0 then ttl = d + 1000 - r end
           local b = 5 * k
           st[b - 4], st[b - 3], st[b - 2], st[b - 1], st[b] = lim[l - 4], s, ns, lim[l - 2], ttl
-          if umode then after = pack('<Bi8i4i8', lim[l - 4], s, ns, lim[l - 2]) end
-        end
-        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = 3, raw, adm, 0
-        nout = nout + 4
-        if umode then
-          -- The value before the run and the last it wrote: the client
-          -- derives each request's pair from them.
-          undo[nundo + 1], undo[nundo + 2] = kraw[k], after
-          nundo = nundo + 2
-          kraw[k] = after ~= '' and after or kraw[k]
-        end
-      end
-    elseif allowed then
-      -- Every bucket takes: their new states are set.
-      for i = 1, m do
-        if m == 1 or bnext[i] then
-          local k, j, s, ns, ttl = k1, j1, s1, ns1, ttl1
-          if m > 1 then k, j, s, ns, ttl = bk[i], bj[i], bs[i], bns[i], bttl[i] end
-          if ttl then
-            local l, b = 5 * j, 5 * k
-            st[b - 4], st[b - 3], st[b - 2], st[b - 1], st[b] = lim[l - 4], s, ns, lim[l - 2], ttl
-            if umode then
-              local v = pack('<Bi8i4i8', lim[l - 4], s, ns, lim[l - 2])
-              kraw[k] = v
-              undo[base + 2 * i] = v
-            end
+          if umode then
+            local v = pack('<Bi8i4i8', lim[l - 4], s, ns, lim[l - 2])
+            kraw[k] = v
+            undo[base + 2 * i] = v
           end
         end
       end
-    elseif m > 1 then
+    elseif not run and m > 1 then
       -- Nothing is consumed: an allowing bucket reports its balance as it
       -- stands, as a read of cost 0.
       local o = nout - 4 * m
