@@ -90,11 +90,13 @@
 -- and every limit in one table each, made at its full size at once (a
 -- table grown entry by entry is rebuilt at every power of two), makes the
 -- reply's table at the least size it can need, and makes the tables only
--- mode "u" and requests of several buckets need only for them. A key's state, at st[5k-4] to st[5k] for
--- the key at index k in KEYS: the algorithm of its value (0 before it is
--- read, false for no token bucket or shaping value, a new bucket), its TAT
--- (seconds, nanoseconds), the fill time it was written under, and the time
--- to live to write it with, in ns (0 while it is not to be written).
+-- mode "u" and requests of several buckets need only for them.
+--
+-- The state of the key at index k in KEYS is st[5k-4] to st[5k]: the
+-- algorithm of its value (0 before it is read; false for none, or not a
+-- token bucket or shaping value: a new bucket), its TAT (seconds,
+-- nanoseconds), the fill time it was written under, and the time to live
+-- to write it with, in ns (0 while it is not to be written).
 local function fast()
   -- Its own names for what it uses: capturing none of the chunk's locals,
   -- it has no upvalue to make and close.
