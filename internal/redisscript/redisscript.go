@@ -35,9 +35,9 @@
 // and returns, so that the rest (other algorithms, refunds, leases,
 // rescaling after a limit change) is not even defined for it. It hands
 // over, having written nothing, whatever it does not decide itself. What
-// it allocates (tables, closures, strings) costs Redis more than its
-// arithmetic, garbage collection included; it keeps that to a few tables
-// made at their size.
+// it allocates (tables, closures, strings), and the garbage collection
+// that follows, is much of what a call costs Redis beyond its commands: it
+// keeps that to a few tables made at their size.
 //
 // # What a key holds
 //
