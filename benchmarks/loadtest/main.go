@@ -52,7 +52,7 @@ type config struct {
 func main() {
 	var cfg config
 	flag.IntVar(&cfg.Rate, "rate", 1000, "requests per `second`, constant")
-	flag.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long each target is driven")
+	flag.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long each target is driven: it is sent rate x duration requests, a little later than that when the machine falls behind")
 	flag.IntVar(&cfg.Users, "users", 1000, "users on the free and pro plans, besides the hot user")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "the workload's random `seed`")
 	flag.StringVar(&cfg.Only, "only", "", "run only the targets whose names match this `regexp` (\"gin redis/go-redis\")")

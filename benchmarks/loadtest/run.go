@@ -126,6 +126,23 @@ type result struct {
 
 // run drives one target: it empties the store, starts the instances,
 // attacks them at e.rate for e.duration and collects what it measured.
+// counted paces an attack as its Pacer does and stops it after n
+// requests. An attack bounded by its duration instead sends fewer when the
+// machine falls behind its pace; this one catches up and sends them all,
+// ending a little later.
+type counted struct {
+	vegeta.Pacer
+	n uint64
+}
+
+// Pace implements vegeta.Pacer.
+func (c counted) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	if hits >= c.n {
+		return 0, true
+	}
+	return c.Pacer.Pace(elapsed, hits)
+}
+
 func (e *env) run(ctx context.Context, t target) (*result, error) {
 	servers := e.servers(t)
 	if err := flush(servers); err != nil {
@@ -169,10 +186,11 @@ func (e *env) run(ctx context.Context, t target) (*result, error) {
 	if t.Rate != 0 {
 		rate, duration = t.Rate, t.Duration
 	}
-	pace := vegeta.Rate{Freq: rate, Per: time.Second}
-	res.Samples = make([]sample, 0, rate*int(duration/time.Second))
+	n := uint64(float64(rate) * duration.Seconds())
+	pace := counted{Pacer: vegeta.Rate{Freq: rate, Per: time.Second}, n: n}
+	res.Samples = make([]sample, 0, n)
 	var last time.Duration
-	for r := range atk.Attack(w.targeter(), pace, duration, t.Name()) {
+	for r := range atk.Attack(w.targeter(), pace, 0, t.Name()) {
 		s := sample{
 			at:      r.Timestamp.Sub(res.Began),
 			latency: r.Latency,
