@@ -123,7 +123,9 @@ local function fast()
     if min_ttl % 1 ~= 0 then return nil end
   end
 
-  -- The limits, five doubles each from lim[5j-4]: code, a, b, c, d.
+  -- The limits, five doubles each from lim[5j-4]: code, a, b, c, d. An
+  -- interval (a) below 1 ns is no limit core makes: like any input fast
+  -- was not written for, it is left to the rest.
   local blob = ARGV[4]
   local nl = #blob / 40
   if nl % 1 ~= 0 or nl > 1000 then return nil end

@@ -540,7 +540,11 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 		// Both write a key to live as long, but for the time between the
 		// two calls (the times to live are counted from each SET).
 		for i := range fb.Keys {
-			ft, gt := client.PTTL(ctx, fb.Keys[i]).Val(), client.PTTL(ctx, gb.Keys[i]).Val()
+			ft, ferr := client.PTTL(ctx, fb.Keys[i]).Result()
+			gt, gerr := client.PTTL(ctx, gb.Keys[i]).Result()
+			if ferr != nil || gerr != nil {
+				t.Fatal(ferr, gerr)
+			}
 			if (ft < 0) != (gt < 0) || (ft-gt).Abs() > 250*time.Millisecond {
 				t.Fatalf("call %d: key %d lives %v through the fast path, %v through the rest", call, i, ft, gt)
 			}
