@@ -316,16 +316,9 @@ func (c *ceilingEvalsha) call(s *subject) *ceilingCall {
 
 func (c *ceilingEvalsha) allow(ctx context.Context, s *subject) (bool, error) {
 	cc := c.call(s)
-	arr, err := c.script.Exec(ctx, c.c, cc.keys, cc.args).ToArray()
+	reply, err := c.script.Exec(ctx, c.c, cc.keys, cc.args).ToString()
 	if err != nil {
 		return false, err
-	}
-	if len(arr) == 0 {
-		return false, fmt.Errorf("ceiling: an empty reply")
-	}
-	reply, err := arr[0].ToString()
-	if err != nil {
-		return false, fmt.Errorf("ceiling: %w", err)
 	}
 	d := cc.decoders.Get().(*redisscript.Call)
 	defer cc.decoders.Put(d)

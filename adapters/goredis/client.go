@@ -89,9 +89,9 @@ func (g *goRedis) eval(ctx context.Context, c redis.Scripter, e *redisstore.Eval
 	return c.EvalSha(ctx, redisscript.SHA(), e.Keys, e.Args...)
 }
 
-// read sets e's reply fields from cmd: an array holding the script's
-// binary string, then for a take with undo an array of strings (the undo
-// values).
+// read sets e's reply fields from cmd: the script's binary string, or for
+// a take with undo an array of that string and an array of strings (the
+// undo values).
 func read(cmd *redis.Cmd, e *redisstore.Eval) {
 	e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, nil
 	v, err := cmd.Result()
@@ -103,9 +103,13 @@ func read(cmd *redis.Cmd, e *redisstore.Eval) {
 		e.Err, e.NoScript = err, redis.HasErrorPrefix(err, "NOSCRIPT")
 		return
 	}
+	if reply, ok := v.(string); ok {
+		e.Reply = reply
+		return
+	}
 	arr, ok := v.([]any)
-	if !ok || len(arr) < 1 || len(arr) > 2 {
-		e.Err = fmt.Errorf("%w: %T of %d elements, want an array of 1 or 2", redisscript.ErrReply, v, len(arr))
+	if !ok || len(arr) != 2 {
+		e.Err = fmt.Errorf("%w: %T of %d elements, want a string or an array of 2", redisscript.ErrReply, v, len(arr))
 		return
 	}
 	reply, ok := arr[0].(string)
@@ -113,22 +117,19 @@ func read(cmd *redis.Cmd, e *redisstore.Eval) {
 		e.Err = fmt.Errorf("%w: first element is %T, want a string", redisscript.ErrReply, arr[0])
 		return
 	}
-	if len(arr) == 2 {
-		u, ok := arr[1].([]any)
-		if !ok {
-			e.Err = fmt.Errorf("%w: second element is %T, want an array", redisscript.ErrReply, arr[1])
+	u, ok := arr[1].([]any)
+	if !ok {
+		e.Err = fmt.Errorf("%w: second element is %T, want an array", redisscript.ErrReply, arr[1])
+		return
+	}
+	undo := make([]string, len(u))
+	for i, x := range u {
+		if undo[i], ok = x.(string); !ok {
+			e.Err = fmt.Errorf("%w: undo value %d is %T, want a string", redisscript.ErrReply, i, x)
 			return
 		}
-		undo := make([]string, len(u))
-		for i, x := range u {
-			if undo[i], ok = x.(string); !ok {
-				e.Err = fmt.Errorf("%w: undo value %d is %T, want a string", redisscript.ErrReply, i, x)
-				return
-			}
-		}
-		e.Undo = undo
 	}
-	e.Reply = reply
+	e.Reply, e.Undo = reply, undo
 }
 
 // Slots also asks a ClusterClient to reload its own slot map: it learns a

@@ -94,19 +94,23 @@ func withArgs[B interface {
 	return b.Arg(strs...).Build(), nil
 }
 
-// read sets e's reply fields from res: an array holding the script's
-// binary string, then for a take with undo an array of strings (the undo
-// values).
+// read sets e's reply fields from res: the script's binary string, or for
+// a take with undo an array of that string and an array of strings (the
+// undo values).
 func read(res rueidis.RedisResult, e *redisstore.Eval) {
 	e.Reply, e.Undo, e.NoScript, e.Err = "", nil, false, nil
 	msg, err := res.ToMessage()
 	if err != nil {
 		if rueidis.IsRedisNil(err) {
-			e.Err = fmt.Errorf("%w: nil, want an array", redisscript.ErrReply)
+			e.Err = fmt.Errorf("%w: nil, want a string or an array", redisscript.ErrReply)
 			return
 		}
 		re, ok := rueidis.IsRedisErr(err)
 		e.Err, e.NoScript = err, ok && re.IsNoScript()
+		return
+	}
+	if msg.IsString() {
+		e.Reply, _ = msg.ToString()
 		return
 	}
 	arr, err := msg.ToArray()
@@ -114,30 +118,27 @@ func read(res rueidis.RedisResult, e *redisstore.Eval) {
 		e.Err = fmt.Errorf("%w: %v", redisscript.ErrReply, err)
 		return
 	}
-	if len(arr) < 1 || len(arr) > 2 {
-		e.Err = fmt.Errorf("%w: an array of %d elements, want 1 or 2", redisscript.ErrReply, len(arr))
+	if len(arr) != 2 {
+		e.Err = fmt.Errorf("%w: an array of %d elements, want 2", redisscript.ErrReply, len(arr))
 		return
 	}
 	if !arr[0].IsString() {
 		e.Err = fmt.Errorf("%w: first element is not a string", redisscript.ErrReply)
 		return
 	}
+	if !arr[1].IsArray() {
+		e.Err = fmt.Errorf("%w: second element is not an array", redisscript.ErrReply)
+		return
+	}
 	reply, _ := arr[0].ToString()
-	var undo []string
-	if len(arr) == 2 {
-		if !arr[1].IsArray() {
-			e.Err = fmt.Errorf("%w: second element is not an array", redisscript.ErrReply)
+	u, _ := arr[1].ToArray()
+	undo := make([]string, len(u))
+	for i := range u {
+		if !u[i].IsString() {
+			e.Err = fmt.Errorf("%w: undo value %d is not a string", redisscript.ErrReply, i)
 			return
 		}
-		u, _ := arr[1].ToArray()
-		undo = make([]string, len(u))
-		for i := range u {
-			if !u[i].IsString() {
-				e.Err = fmt.Errorf("%w: undo value %d is not a string", redisscript.ErrReply, i)
-				return
-			}
-			undo[i], _ = u[i].ToString()
-		}
+		undo[i], _ = u[i].ToString()
 	}
 	e.Reply, e.Undo = reply, undo
 }

@@ -169,9 +169,9 @@ func ReadCommand(r *bufio.Reader) ([]string, error) {
 func RespBulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
 
 // RespReply is the script's reply in RESP for a call decided at at whose
-// buckets answered states: an array holding its binary string.
+// buckets answered states: its binary string.
 func RespReply(at time.Time, states ...core.BucketState) string {
-	return "*1\r\n" + RespBulk(string(redisscript.AppendReply(nil, at, states...)))
+	return RespBulk(string(redisscript.AppendReply(nil, at, states...)))
 }
 
 // RespUndoReply is the script's reply in RESP for a take with undo: an

@@ -173,6 +173,18 @@ func SplitID(key func(rule, id string) string, base string, rules ...string) str
 	}
 }
 
+// SameSlotRule returns a rule name, base followed by a number, whose bucket
+// of id lies in the hash slot of rule's: in Cluster, one script call takes
+// the two.
+func SameSlotRule(key func(rule, id string) string, rule, id, base string) string {
+	want := redisscript.Slot(key(rule, id))
+	for i := 0; ; i++ {
+		if r := base + strconv.Itoa(i); redisscript.Slot(key(r, id)) == want {
+			return r
+		}
+	}
+}
+
 // MetricsAfterDecisions decides four requests of one user on s, under a
 // rule of burst 2 an hour, checking that the first two are allowed and the
 // others denied, none degraded; then it returns s's metrics, each keyed

@@ -37,6 +37,7 @@ const (
 		" +evalsha" + // every decision: the script by its SHA1
 		" +eval" + // the script in full, after NOSCRIPT (a restarted or flushed server)
 		" +get" + // in the script: a bucket's state
+		" +mget" + // in the script: the states of a call's several buckets at once
 		" +set" + // in the script: a bucket's new state, with its expiry
 		" +del" + // Reset; in the script, a Cluster refund that leaves a bucket as if new
 		" +time" // in the script, without WithClientClock: the server's clock
@@ -408,6 +409,11 @@ func probe(t testing.TB, d Deployment, cluster bool, user string) error {
 	}
 	if Allowed(tk) || !tk.States[1].Allowed || tk.States[1].Remaining != 1 {
 		return fmt.Errorf("take on two buckets, the first empty: %+v, want denied by the first, the second untouched", tk.States)
+	}
+	// Two buckets in one slot: one script call reads both, with MGET.
+	z := core.Bucket{Rule: SameSlotRule(keys.Key, x.Rule, id, "z"), Key: id, Limit: one}
+	if _, err := take(st, 0, x, z); err != nil {
+		return fmt.Errorf("read of two buckets in one slot: %w", err)
 	}
 
 	// Local denials by instance a, then a reset by instance b.

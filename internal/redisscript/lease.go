@@ -24,8 +24,8 @@ const (
 // sent) on the bucket whose key is key under limit l, a token bucket, at
 // time now (NowArg), keeping a written key at least minTTL.
 func LeaseArgs(mode, now string, minTTL time.Duration, key string, l *core.Limit, n, size int64) ([]string, []any) {
-	ms := strconv.FormatInt(int64((minTTL+time.Millisecond-1)/time.Millisecond), 10)
-	args := []any{now, mode, ms, string(AppendLimit(nil, l)), strconv.FormatInt(n, 10)}
+	call := AppendLimit(AppendCall(make([]byte, 0, CallHeaderSize+LimitSize), mode, now, ttlMillis(minTTL), 1), l)
+	args := []any{string(call), strconv.FormatInt(n, 10)}
 	if mode == ModeLease {
 		args = append(args, strconv.FormatInt(size, 10))
 	}

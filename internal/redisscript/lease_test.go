@@ -17,7 +17,7 @@ func TestLeaseArgs(t *testing.T) {
 		mode       string
 		minTTL     time.Duration
 		n, size    int64
-		wantTail   []string // ARGV[5…]
+		wantTail   []string // ARGV[2…]
 		wantMinTTL string
 	}{
 		{"lease", ModeLease, 0, 3, 40, []string{"3", "40"}, "0"},
@@ -27,15 +27,13 @@ func TestLeaseArgs(t *testing.T) {
 		if len(keys) != 1 || keys[0] != "rl:a:*" {
 			t.Errorf("%s: KEYS = %q, want [rl:a:*]", tc.name, keys)
 		}
-		if args[0] != "123" || args[1] != tc.mode || args[2] != tc.wantMinTTL || args[3] != string(AppendLimit(nil, lim)) {
-			t.Errorf("%s: ARGV[1…4] = %q, want time 123, mode %q, min TTL %s, the limit", tc.name, args[:4], tc.mode, tc.wantMinTTL)
+		got := parseCall(t, args)
+		if got.now != "123" || got.mode != tc.mode || got.minTTL != tc.wantMinTTL || len(got.reqs) != 0 ||
+			len(got.limits) != 1 || string(AppendLimit(nil, lim)) != args[0].(string)[CallHeaderSize:] {
+			t.Errorf("%s: ARGV[1] = %+v, want time 123, mode %q, min TTL %s, the limit and no request", tc.name, got, tc.mode, tc.wantMinTTL)
 		}
-		var tail []string
-		for _, a := range args[4:] {
-			tail = append(tail, a.(string))
-		}
-		if strings.Join(tail, ",") != strings.Join(tc.wantTail, ",") {
-			t.Errorf("%s: ARGV[5…] = %q, want %q", tc.name, tail, tc.wantTail)
+		if strings.Join(got.refunds, ",") != strings.Join(tc.wantTail, ",") {
+			t.Errorf("%s: ARGV[2…] = %q, want %q", tc.name, got.refunds, tc.wantTail)
 		}
 	}
 }

@@ -9,18 +9,22 @@
 // # One call, many requests
 //
 // A script call carries the requests of one batch (see Batcher), decided in
-// order. Each distinct key is read once (GET) and written once (SET with
-// PX), at the end of the call, whatever the number of requests on it: the
+// order. Each distinct key is read once (GET, or all at once with MGET)
+// and written once (SET with PX), at the end of the call, whatever the number of requests on it: the
 // script keeps each bucket's state in a Lua table meanwhile, and every
 // request decides on the state the requests before it left, exactly as if
 // each had read and written Redis itself. A denied request changes nothing.
 // Each distinct limit is sent once per call, and requests refer to their
-// keys and limits by index. Arguments and the reply are binary: the limits
-// and the requests are little-endian doubles and integers (see Builder),
-// and the reply is one string holding the time the script used and, per
-// bucket, a code byte and three int64 (see Decode); nothing on either side
-// parses or formats decimal numbers, and decoding a reply allocates
-// nothing.
+// keys and limits by index. Arguments and the reply are binary: one
+// argument holds the call's header (mode, time, least time to live), the
+// limits and the requests, in little-endian doubles and integers (see
+// Builder), and the reply is one string holding the time the script used
+// and, per bucket, a code byte and three int64 (see Decode); nothing on
+// either side parses or formats decimal numbers, and decoding a reply
+// allocates nothing. One argument and a bare string reply are the cheapest
+// shapes for Redis: it makes a Lua string and grows the ARGV table for
+// every argument, and turns an array reply into a reply element by
+// element.
 //
 // Identical requests in one call (a hot key's, or a hot set of tiers')
 // travel as one request with a count, a run, decided one after the other
@@ -213,9 +217,44 @@ func algCode(l *core.Limit) int {
 	return c
 }
 
-// LimitSize is the size in bytes of one limit in the script's limits
+// LimitSize is the size in bytes of one limit in the script's call
 // argument: five float64.
 const LimitSize = 40
+
+// CallHeaderSize is the size in bytes of the header that opens the
+// script's call argument: the mode (a byte), the time in Unix seconds
+// (int64; -1 for the server's clock) and nanoseconds (uint32), the least
+// time to live of a written key in ms (int64) and the number of limits
+// (uint32), little-endian. The limits follow, then the requests.
+const CallHeaderSize = 25
+
+// AppendCall appends the header of a call (see CallHeaderSize) in mode at
+// time now (NowArg: "" for the server's clock) with keys written to live
+// at least minTTLms and nlimits limits. A time that is not NowArg's is
+// sent as -2 seconds, which the script refuses.
+func AppendCall(dst []byte, mode, now string, minTTLms int64, nlimits int) []byte {
+	var m byte
+	if mode != "" {
+		m = mode[0]
+	}
+	sec, nsec := int64(-1), int64(0)
+	if now != "" {
+		ns, err := strconv.ParseInt(now, 10, 64)
+		if err != nil || ns < 0 {
+			sec = -2
+		} else {
+			sec, nsec = ns/1e9, ns%1e9
+		}
+	}
+	dst = append(dst, m)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(sec))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(nsec))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(minTTLms))
+	return binary.LittleEndian.AppendUint32(dst, uint32(nlimits))
+}
+
+// ttlMillis is d rounded up to the millisecond.
+func ttlMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // AppendLimit appends the script's description of l to dst: its algorithm
 // code (see algCode) and four numbers (see take.lua), each a little-endian
@@ -274,22 +313,22 @@ func (c *Call) Reset() {
 type Builder struct {
 	Keys   []string // KEYS
 	args   []any    // ARGV, strings in interfaces, built by Args
+	abuf   []byte   // ARGV[1], built by Args: the header, lbuf, rbuf
 	now    string
 	mode   string
 	limits []*core.Limit // the distinct limits, each at its 1-based index
-	lbuf   []byte        // ARGV[4]: the limits
-	rbuf   []byte        // ARGV[5]: the requests
-	undo   []any         // ARGV[6…] in ModeRefund
+	lbuf   []byte        // the limits
+	rbuf   []byte        // the requests
+	undo   []any         // ARGV[2…] in ModeRefund
 	index  map[string]int
-	minTTL any           // the boxed argument; nil: "0"
-	ttl    time.Duration // what minTTL was set from
+	ttlMS  int64 // the least time to live, ms
 
 	runs   []run   // the requests sent, in order: runs of identical ones
 	placed []place // per request added, where it went
 	byKey  []int32 // per key index - 1: 1 + the last run whose first bucket it is; 0: none
 }
 
-// run is one request in ARGV[5], standing for count identical ones.
+// run is one request in the call, standing for count identical ones.
 type run struct {
 	off   int                  // of its encoding in rbuf
 	m     int                  // its buckets
@@ -311,12 +350,7 @@ const runCode = 3
 // SetMinTTL sets the least time to live of every key the call writes,
 // rounded up to the millisecond; 0 (the default) keeps each key exactly
 // until its bucket is full again.
-func (b *Builder) SetMinTTL(d time.Duration) {
-	if b.minTTL != nil && d == b.ttl {
-		return
-	}
-	b.ttl, b.minTTL = d, strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
-}
+func (b *Builder) SetMinTTL(d time.Duration) { b.ttlMS = ttlMillis(d) }
 
 // Reset starts a new call at time now (NowArg) in mode (ModeTake,
 // ModeTakeUndo or ModeRefund).
@@ -454,24 +488,14 @@ func (b *Builder) AddRefund(c *Call, undo []string) {
 	}
 }
 
-// Args returns the call's ARGV, strings in interfaces. It allocates the
-// two binary arguments; call it once the requests are added.
+// Args returns the call's ARGV, strings in interfaces: the one binary
+// argument, which it allocates, and in ModeRefund the undo values. Call it
+// once the requests are added.
 func (b *Builder) Args() []any {
-	ttl := b.minTTL
-	if ttl == nil {
-		ttl = "0"
-	}
 	clear(b.args)
-	var mode any = b.mode
-	switch b.mode { // constants in interfaces need no allocation
-	case ModeTake:
-		mode = ModeTake
-	case ModeTakeUndo:
-		mode = ModeTakeUndo
-	case ModeRefund:
-		mode = ModeRefund
-	}
-	b.args = append(b.args[:0], b.now, mode, ttl, string(b.lbuf), string(b.rbuf))
+	b.abuf = AppendCall(b.abuf[:0], b.mode, b.now, b.ttlMS, len(b.limits))
+	b.abuf = append(append(b.abuf, b.lbuf...), b.rbuf...)
+	b.args = append(b.args[:0], string(b.abuf))
 	return append(b.args, b.undo...)
 }
 

@@ -114,7 +114,7 @@ type parsedCall struct {
 	now, mode, minTTL string
 	limits            [][5]int64 // code, a, b, c, d
 	reqs              []parsedReq
-	refunds           []string // ModeRefund: written and before, per bucket
+	refunds           []string // ARGV[2…]: in ModeRefund written and before, per bucket; the lease modes' counts
 }
 
 type parsedReq struct {
@@ -134,14 +134,21 @@ func parseCall(t testing.TB, args []any) parsedCall {
 			t.Fatalf("argument %d is %T, want a string", i, a)
 		}
 	}
-	if len(s) < 5 {
-		t.Fatalf("%d arguments, want at least 5", len(s))
+	if len(s) < 1 || len(s[0]) < 25 {
+		t.Fatalf("%d arguments, want at least one of at least 25 bytes", len(s))
 	}
-	c := parsedCall{now: s[0], mode: s[1], minTTL: s[2], refunds: s[5:]}
-	lb := []byte(s[3])
-	if len(lb)%LimitSize != 0 {
-		t.Fatalf("limits argument of %d bytes", len(lb))
+	// The header: mode, time (seconds, -1 for the server's; nanoseconds),
+	// least time to live in ms, number of limits.
+	h := []byte(s[0])
+	c := parsedCall{mode: string(h[:1]), minTTL: strconv.FormatInt(int64(binary.LittleEndian.Uint64(h[13:])), 10), refunds: s[1:]}
+	if sec, ns := int64(binary.LittleEndian.Uint64(h[1:])), int64(binary.LittleEndian.Uint32(h[9:])); sec != -1 {
+		c.now = strconv.FormatInt(sec*1e9+ns, 10)
 	}
+	nl := int(binary.LittleEndian.Uint32(h[21:]))
+	if len(h) < 25+nl*LimitSize {
+		t.Fatalf("call argument of %d bytes for %d limits", len(h), nl)
+	}
+	lb := h[25 : 25+nl*LimitSize]
 	for len(lb) > 0 {
 		var l [5]int64
 		for k := range l {
@@ -150,7 +157,7 @@ func parseCall(t testing.TB, args []any) parsedCall {
 		c.limits = append(c.limits, l)
 		lb = lb[LimitSize:]
 	}
-	rb := []byte(s[4])
+	rb := h[25+nl*LimitSize:]
 	for len(rb) > 0 {
 		r := parsedReq{cost: int64(binary.LittleEndian.Uint64(rb)), count: int(binary.LittleEndian.Uint32(rb[8:]))}
 		m := int(binary.LittleEndian.Uint32(rb[12:]))

@@ -1,50 +1,55 @@
 -- Decides requests in arrival order, each against its buckets, all or
 -- nothing per request, exactly as core's Limit.Decide does. Mode "t" takes;
--- mode "u" takes and also returns, last, an array holding for every bucket
--- its value before the take and the value the take wrote ("" for none);
--- mode "r" gives back what earlier takes at time ARGV[1] consumed (Redis
+-- mode "u" takes and also returns an array holding for every bucket its
+-- value before the take and the value the take wrote ("" for none);
+-- mode "r" gives back what earlier takes at the call's time consumed (Redis
 -- Cluster, when a bucket in another slot denied), then reports each bucket
 -- as it stands; modes "l" and "g" lease tokens and give them back.
 --
--- ARGV[1]  the time in Unix ns as a decimal string, or "" for the server's TIME
--- ARGV[2]  "t", "u", "r", "l" or "g"
--- ARGV[3]  the least time to live of a written key, in ms ("0": none)
--- ARGV[4]  the limits, each once: five little-endian doubles per limit,
---          code, a, b, c, d:
+-- ARGV[1]  the call, little-endian: a header of 25 bytes, the limits,
+--          then the requests. The header: the mode (one byte, "t", "u",
+--          "r", "l" or "g"), the time as Unix seconds (int64; -1 for the
+--          server's TIME) and nanoseconds (uint32), the least time to live
+--          of a written key in ms (int64; 0: none) and the number of
+--          limits (uint32). Each limit is five doubles, code, a, b, c, d:
 --   1 token bucket, 2 shaping: a = interval ns, b = fill time ns, c = burst, d = max wait ns
 --   3 fixed window, 4 sliding window, 5 sliding log: a = window ns, b = limit
 --   6 to 10: the same algorithms (6 token bucket ... 10 sliding log) for a
 --   limit longer than 100 days, which decides in whole microseconds: as at
 --   the time truncated to the microsecond, with a bucket's stored time
 --   rounded up to one.
--- ARGV[5]  the requests, little-endian: per request its cost (uint64, at
---          most core.MaxCost, 2^50), a count (uint32) and its number of
---          buckets (uint32), then per bucket the index of its key in KEYS
---          and of its limit in ARGV[4] (uint32 each, from 1). A count above
---          1 (mode "t" only, cost > 0) stands for a run of that many
---          identical requests, one after another.
--- ARGV[6…] in mode "r", two per bucket in order: the value its take wrote
+--          The requests, to the end: per request its cost (uint64, at most
+--          core.MaxCost, 2^50), a count (uint32) and its number of buckets
+--          (uint32), then per bucket the index of its key in KEYS and of
+--          its limit (uint32 each, from 1). A count above 1 (mode "t" only,
+--          cost > 0) stands for a run of that many identical requests, one
+--          after another.
+-- ARGV[2…] in mode "r", two per bucket in order: the value its take wrote
 --          and the value before it, from mode "u"
+-- One argument holds what every call sends: Redis makes a Lua string and
+-- grows the ARGV table for each argument, at a cost per call.
 --
 -- Modes "l" (lease) and "g" (give back) decide one token bucket, KEYS[1],
--- under limit 1: ARGV[5] is a count of tokens as a decimal string, and in
--- mode "l" ARGV[6] the lease's size; see their code below.
+-- under limit 1 (no requests): ARGV[2] is a count of tokens as a decimal
+-- string, and in mode "l" ARGV[3] the lease's size; see their code below.
 --
--- Returns an array whose first element is a binary string: the time used
--- (int64 seconds, int32 nanoseconds), then per request and bucket a code
--- (one byte: 0 allowed, 1 limited, 2 cost above the limit) and three int64,
--- remaining, reset ns and wait ns (the delay when allowed, the retry when
--- denied); all little-endian. A run is answered request by request, or,
--- when the fast path decides it, by one record per bucket: the code 3, the
--- bucket's debt (TAT minus the time used, >= 0) before the run, the number
--- of its requests admitted, and 0. Mode "u" adds the undo array as the
--- second element: two values per record, for a run answered at once the
--- bucket's value before the run and the last value the run wrote ("" when
--- it admitted none).
+-- Returns a binary string: the time used (int64 seconds, int32
+-- nanoseconds), then per request and bucket a code (one byte: 0 allowed, 1
+-- limited, 2 cost above the limit) and three int64, remaining, reset ns and
+-- wait ns (the delay when allowed, the retry when denied); all
+-- little-endian. A run is answered request by request, or, when the fast
+-- path decides it, by one record per bucket: the code 3, the bucket's debt
+-- (TAT minus the time used, >= 0) before the run, the number of its
+-- requests admitted, and 0. Mode "u" returns an array instead, of that
+-- string and the undo array: two values per record, for a run answered at
+-- once the bucket's value before the run and the last value the run wrote
+-- ("" when it admitted none). A bare string costs Redis less to reply with
+-- than an array holding it.
 --
--- Within one call each key is read once (GET) and written once at the end
--- (SET with PX): a request decides on the state the requests before it in
--- the call left, held in a Lua table meanwhile, as if each had written it.
+-- Within one call each key is read once (GET; the fast path reads several
+-- with one MGET) and written once at the end (SET with PX): a request
+-- decides on the state the requests before it in the call left, held in a
+-- Lua table meanwhile, as if each had written it.
 -- Mode "r" reads and writes directly, refunds being rare.
 --
 -- Values (little-endian, see Encode in Go): a tag byte, the algorithm 1 to
@@ -103,35 +108,28 @@ local function fast()
   local E9, TWO53 = 1000000000, 9007199254740992
   local pack, sunpack, fmod = struct.pack, struct.unpack, math.fmod
   local byte, rep, concat, format = string.byte, string.rep, table.concat, string.format
-  local mode = ARGV[2]
-  local umode = mode == 'u'
-  if mode ~= 't' and not umode then return nil end
-  local now_s, now_ns
-  local at = ARGV[1]
-  if at == '' then
+  local blob = ARGV[1]
+  local size = #blob
+  if size < 25 then return nil end
+  local mode, now_s, now_ns, min_ttl, nl, pos = sunpack('<Bi8I4i8I4', blob)
+  local umode = mode == 117 -- "u"
+  if mode ~= 116 and not umode then return nil end -- nor "t"
+  if now_s == -1 then
     local t = redis.call('TIME')
     now_s, now_ns = tonumber(t[1]), tonumber(t[2]) * 1000
-  elseif #at <= 9 then
-    now_s, now_ns = 0, tonumber(at)
-  else
-    now_s, now_ns = tonumber(string.sub(at, 1, #at - 9)), tonumber(string.sub(at, #at - 8))
+  elseif now_s < 0 or now_ns >= E9 then
+    return nil
   end
-  if not now_s or not now_ns then return nil end
-  local min_ttl = 0
-  if ARGV[3] ~= '0' then
-    min_ttl = tonumber(ARGV[3]) or 0
-    if min_ttl % 1 ~= 0 then return nil end
-  end
+  if min_ttl < 0 then return nil end
 
   -- The limits, five doubles each from lim[5j-4]: code, a, b, c, d. An
   -- interval (a) below 1 ns is no limit core makes: like any input fast
   -- was not written for, it is left to the rest.
-  local blob = ARGV[4]
-  local nl = #blob / 40
-  if nl % 1 ~= 0 or nl > 1000 then return nil end
+  if nl > 1000 or pos + 40 * nl - 1 > size then return nil end
   local lf = '<ddddd'
   if nl ~= 1 then lf = '<' .. rep('d', 5 * nl) end
-  local lim = { sunpack(lf, blob) }
+  local lim = { sunpack(lf, blob, pos) }
+  pos = pos + 40 * nl
   for j = 5, 5 * nl, 5 do
     local code = lim[j - 4]
     if (code ~= 1 and code ~= 2) or not (lim[j - 3] >= 1) then return nil end
@@ -139,12 +137,10 @@ local function fast()
 
   local nk = #KEYS
   if nk > 1000 then return nil end
-  blob = ARGV[5]
-  local pos, size = 1, #blob
   -- The reply's fields, four per bucket: a request of m buckets takes 16 +
-  -- 8m bytes of ARGV[5], so there are at least size / 24 buckets (as many
-  -- when each request has one).
-  local nout = size / 6
+  -- 8m bytes, so the requests' n bytes hold at least n / 24 buckets (as
+  -- many when each request has one).
+  local nout = (size - pos + 1) / 6
   nout = nout - nout % 1
   if nout > 5000 then return nil end
   local zero = rep('\0', nout < 5 * nk and 5 * nk or nout)
@@ -152,10 +148,16 @@ local function fast()
   nout = 0
   local kraw, undo, nundo -- mode "u": each key's value as it stands ('' for none); the undo values
   if umode then kraw, undo, nundo = {}, {}, 0 end
-  -- Per bucket of a request of several: its key and limit index, its
-  -- debt, and, in a single request, its debt once it takes (false: it
-  -- takes nothing) and its room.
-  local bk, bj, braw, bd, broom
+  -- Per bucket i of a request of several, bt[5i-4] to bt[5i]: its key
+  -- and limit index, its debt, and, in a single request, its debt once it
+  -- takes (false: it takes nothing) and its room; one table, made at its
+  -- size (for btn buckets) as the others are.
+  local bt, btn = nil, 0
+  -- Every key is read at its first request; several are read at the start
+  -- with one MGET instead (false for none), a command costing Redis far
+  -- more than a key in it.
+  local vals
+  if nk > 1 then vals = redis.call('MGET', unpack(KEYS)) end
   while pos <= size do
     if pos + 15 > size then return nil end
     local cost, count, m
@@ -163,8 +165,12 @@ local function fast()
     if cost < 0 or cost >= TWO53 or pos + 8 * m - 1 > size then return nil end
     local run = count ~= 1
     if run and (count < 2 or cost == 0 or m == 0) then return nil end
-    if m > 1 and not bk then bk, bj, braw = {}, {}, {} end
-    if m > 1 and not run and not bd then bd, broom = {}, {} end
+    if m > 1 and m > btn then
+      if m > 1000 then return nil end
+      local z = zero
+      if #z < 5 * m then z = rep('\0', 5 * m) end
+      bt, btn = { byte(z, 1, 5 * m) }, m
+    end
     -- A run of count identical requests of cost > 0 is decided at once:
     -- at one time, each admitted request adds need to every bucket's
     -- debt, and once one is denied every later one is, nothing having
@@ -192,7 +198,8 @@ local function fast()
       local kal = st[b - 4]
       if kal == 0 then
         kal = false
-        local v = redis.call('GET', KEYS[k])
+        local v
+        if vals then v = vals[k] else v = redis.call('GET', KEYS[k]) end
         if v and #v == 21 then
           local tag = byte(v, 1)
           if tag == 1 or tag == 2 then
@@ -259,15 +266,16 @@ local function fast()
             reason, w, allowed = 1, wait, false
           end
         end
-        if m > 1 then broom[i] = roompos end
+        if m > 1 then bt[5 * i] = roompos end
         out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, (left - fmod(left, interval)) / interval, reset, w
         nout = nout + 4
       end
       if m == 1 then
         k1, j1, raw1, d1 = k, j, raw, d
       else
-        bk[i], bj[i], braw[i] = k, j, raw
-        if not run then bd[i] = d end
+        local o = 5 * i
+        bt[o - 4], bt[o - 3], bt[o - 2] = k, j, raw
+        if not run then bt[o - 1] = d end
       end
     end
     if run then
@@ -276,7 +284,7 @@ local function fast()
       -- derives each request's pair from them.
       for i = 1, m do
         local k, raw = k1, raw1
-        if m > 1 then k, raw = bk[i], braw[i] end
+        if m > 1 then k, raw = bt[5 * i - 4], bt[5 * i - 2] end
         out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = 3, raw, adm, 0
         nout = nout + 4
         if umode then
@@ -291,12 +299,15 @@ local function fast()
       -- whole microsecond.
       for i = 1, m do
         local k, j, raw, d = k1, j1, raw1, d1
-        if m > 1 then k, j, raw = bk[i], bj[i], braw[i] end
+        if m > 1 then
+          local o = 5 * i
+          k, j, raw = bt[o - 4], bt[o - 3], bt[o - 2]
+        end
         local l = 5 * j
         if run then
           d = raw + adm * (cost * lim[l - 3])
         elseif m > 1 then
-          d = bd[i]
+          d = bt[5 * i - 1]
         end
         if d then
           if d >= TWO53 then return nil end
@@ -321,8 +332,9 @@ local function fast()
       local o = nout - 4 * m
       for i = 1, m do
         if out[o + 1] == 0 then
-          local roompos, interval = broom[i], lim[5 * bj[i] - 3]
-          out[o + 2], out[o + 3], out[o + 4] = (roompos - fmod(roompos, interval)) / interval, braw[i], 0
+          local b = 5 * i
+          local roompos, interval = bt[b], lim[5 * bt[b - 3] - 3]
+          out[o + 2], out[o + 3], out[o + 4] = (roompos - fmod(roompos, interval)) / interval, bt[b - 2], 0
         end
         o = o + 4
       end
@@ -347,7 +359,7 @@ local function fast()
     if nrec ~= 1 then f = '<i8i4' .. rep('Bi8i8i8', nrec) end
     local r = pack(f, now_s, now_ns, unpack(out, 1, nout))
     if umode then return { r, undo } end
-    return { r }
+    return r
   end
   local parts = { pack('<i8i4', now_s, now_ns) }
   local f16 = '<Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8Bi8i8i8'
@@ -359,7 +371,7 @@ local function fast()
     end
   end
   if umode then return { concat(parts), undo } end
-  return { concat(parts) }
+  return concat(parts)
 end
 -- fast:call
 do
@@ -374,12 +386,6 @@ local pack, sunpack = struct.pack, struct.unpack
 local fmod, floor, ceil, frexp = math.fmod, math.floor, math.ceil, math.frexp
 local byte, rep, concat = string.byte, string.rep, table.concat
 
-
-local function split(str)
-  local n = #str
-  if n <= 9 then return 0, tonumber(str) end
-  return tonumber(string.sub(str, 1, n - 9)), tonumber(string.sub(str, n - 8))
-end
 
 -- a - b in ns, exact when the result is below 2^53 in magnitude, or a whole
 -- number of microseconds below 2^56; otherwise the double nearest to it.
@@ -428,31 +434,31 @@ local function idiv(a, b) return (a - fmod(a, b)) / b end
 
 local function later(as, ans, bs, bns) return as > bs or (as == bs and ans > bns) end
 
-local now_s, now_ns
-if ARGV[1] == '' then
+-- The call's header (see the top), the limits after it, then the requests
+-- from pos0.
+local call = ARGV[1] or ''
+if #call < 25 then return redis.error_reply('ERR ratelimit: bad arguments') end
+local mcode, now_s, now_ns, min_ttl, nlim, pos0 = sunpack('<Bi8I4i8I4', call)
+if now_s == -1 then
   local t = redis.call('TIME')
   now_s, now_ns = tonumber(t[1]), tonumber(t[2]) * 1000
-else
-  now_s, now_ns = split(ARGV[1])
+elseif now_s < 0 or now_ns >= E9 then
+  return redis.error_reply('ERR ratelimit: bad time')
 end
-local mode = ARGV[2]
+local mode = string.char(mcode)
 local cost = 0 -- the cost of the request being decided
-local min_ttl = tonumber(ARGV[3]) or 0
 
 -- The limits, by index.
 local lalg, llong, la, lb, lc, ld = {}, {}, {}, {}, {}, {}
-do
-  local blob = ARGV[4]
-  local n = #blob / 40
-  if n ~= floor(n) then return redis.error_reply('ERR ratelimit: bad limit arguments') end
-  for j = 1, n do
-    local code, a, b, c, d = sunpack('<ddddd', blob, 40 * j - 39)
-    if code < 1 or code > 10 or code ~= floor(code) then
-      return redis.error_reply('ERR ratelimit: bad arguments for limit ' .. j)
-    end
-    if code > 5 then lalg[j], llong[j] = code - 5, true else lalg[j], llong[j] = code, false end
-    la[j], lb[j], lc[j], ld[j] = a, b, c, d
+if pos0 + 40 * nlim - 1 > #call then return redis.error_reply('ERR ratelimit: bad limit arguments') end
+for j = 1, nlim do
+  local code, a, b, c, d = sunpack('<ddddd', call, pos0)
+  pos0 = pos0 + 40
+  if code < 1 or code > 10 or code ~= floor(code) then
+    return redis.error_reply('ERR ratelimit: bad arguments for limit ' .. j)
   end
+  if code > 5 then lalg[j], llong[j] = code - 5, true else lalg[j], llong[j] = code, false end
+  la[j], lb[j], lc[j], ld[j] = a, b, c, d
 end
 
 -- Values: decoded states are arrays whose first element is the algorithm.
@@ -847,10 +853,10 @@ local function refund(key, j, written, before)
 end
 
 -- Mode "l" leases tokens from the token bucket KEYS[1] under limit 1: if
--- it holds at least ARGV[5] tokens (need), it takes as many as it holds, up
--- to ARGV[6] (size), and writes as a take of that many does; otherwise it
+-- it holds at least ARGV[2] tokens (need), it takes as many as it holds, up
+-- to ARGV[3] (size), and writes as a take of that many does; otherwise it
 -- takes nothing and answers as a denied take of need. Mode "g" gives
--- ARGV[5] tokens back to KEYS[1]: its TAT moves back by that many
+-- ARGV[2] tokens back to KEYS[1]: its TAT moves back by that many
 -- intervals, never before now (a bucket is never fuller than full); a value
 -- written under another fill time is first rescaled as a take here would
 -- see it. Either replies with the time, then the bucket's record (mode
@@ -858,14 +864,14 @@ end
 -- mode "l" the tokens granted (int64).
 if mode == 'l' or mode == 'g' then
   local key = KEYS[1]
-  local n = tonumber(ARGV[5])
+  local n = tonumber(ARGV[2])
   if not key or lalg[1] ~= 1 or not n or n < 1 or n ~= floor(n) then
     return redis.error_reply('ERR ratelimit: bad lease arguments')
   end
   local st = load(key)
   if st and st[1] ~= 1 then st = false end
   if mode == 'l' then
-    local size = tonumber(ARGV[6])
+    local size = tonumber(ARGV[3])
     if not size or size < n or size ~= floor(size) then
       return redis.error_reply('ERR ratelimit: bad lease size')
     end
@@ -882,7 +888,7 @@ if mode == 'l' or mode == 'g' then
       ok, reason, rem, reset, wait, nx, ttl = decide(st, 1)
       redis.call('SET', key, pack('<Bi8i4i8', 1, next_s, next_ns, lb[1]), 'PX', px(ttl))
     end
-    return { pack('<i8i4Bi8i8i8i8', now_s, now_ns, reason, rem, reset, wait, granted) }
+    return pack('<i8i4Bi8i8i8i8', now_s, now_ns, reason, rem, reset, wait, granted)
   end
   if n > lc[1] then n = lc[1] end -- never more than a burst
   if st then
@@ -910,7 +916,7 @@ if mode == 'l' or mode == 'g' then
   end
   cost = 0
   local _, reason, rem, reset, wait = decide(st, 1)
-  return { pack('<i8i4Bi8i8i8', now_s, now_ns, reason, rem, reset, wait) }
+  return pack('<i8i4Bi8i8i8', now_s, now_ns, reason, rem, reset, wait)
 end
 
 -- The reply's fields, four per bucket, packed at the end: one struct.pack
@@ -920,8 +926,8 @@ local undo = {}
 local written = {} -- key -> time to live of the state to write, ns
 local order = {}   -- written keys, in the order first written
 local keys, lims, oks, nexts, ttls, tats, tatns, before, after = {}, {}, {}, {}, {}, {}, {}, {}, {}
-local blob = ARGV[5]
-local pos, size, argi = 1, #blob, 6
+local blob = call
+local pos, size, argi = pos0, #call, 2
 while pos <= size do
   if pos + 15 > size then return redis.error_reply('ERR ratelimit: bad request arguments') end
   local c1, c2, c3, c4, c5, c6, c7, c8, n1, n2, n3, n4, m1, m2, m3, m4 = byte(blob, pos, pos + 15)
@@ -1043,4 +1049,4 @@ for k = 0, nout - 1, 4 * chunk do
   end
 end
 if undo_mode then return { concat(parts), undo } end
-return { concat(parts) }
+return concat(parts)

@@ -788,31 +788,37 @@ func parseFakeScriptCall(cmd []string) (fakeScriptCall, error) {
 		return fakeScriptCall{}, fmt.Errorf("short script call %q", cmd)
 	}
 	nk, err := strconv.Atoi(cmd[2])
-	if err != nil || len(cmd) < 3+nk+5 {
+	if err != nil || len(cmd) < 3+nk+1 || len(cmd[3+nk]) < redisscript.CallHeaderSize {
 		return fakeScriptCall{}, fmt.Errorf("bad script call %q", cmd)
 	}
 	c := fakeScriptCall{keys: cmd[3 : 3+nk]}
 	argv := cmd[3+nk:]
-	c.mode = argv[1]
-	// time, mode, least TTL, limits, then the requests: per request its
-	// cost, count and bucket count, then per bucket a key and a limit
-	// index. The fake answers a run request by request.
-	reqs := []byte(argv[4])
+	// One argument: a header (the mode first, the number of limits
+	// last), the limits, then the requests: per request its cost, count
+	// and bucket count, then per bucket a key and a limit index. The fake
+	// answers a run request by request.
+	call := []byte(argv[0])
+	c.mode = string(call[:1])
+	nl := int(binary.LittleEndian.Uint32(call[redisscript.CallHeaderSize-4:]))
+	if len(call) < redisscript.CallHeaderSize+nl*redisscript.LimitSize {
+		return fakeScriptCall{}, fmt.Errorf("bad call argument %q", argv[0])
+	}
+	reqs := call[redisscript.CallHeaderSize+nl*redisscript.LimitSize:]
 	for len(reqs) > 0 {
 		if len(reqs) < 16 {
-			return fakeScriptCall{}, fmt.Errorf("bad requests argument %q", argv[4])
+			return fakeScriptCall{}, fmt.Errorf("bad requests in %q", argv[0])
 		}
 		count := int(binary.LittleEndian.Uint32(reqs[8:]))
 		nb := int(binary.LittleEndian.Uint32(reqs[12:]))
 		if len(reqs) < 16+8*nb || count < 1 {
-			return fakeScriptCall{}, fmt.Errorf("bad requests argument %q", argv[4])
+			return fakeScriptCall{}, fmt.Errorf("bad requests in %q", argv[0])
 		}
 		c.buckets += count * nb
 		reqs = reqs[16+8*nb:]
 	}
 	if c.mode == redisscript.ModeRefund {
 		// the value each bucket's take wrote and the value before it
-		c.refund = argv[5:]
+		c.refund = argv[1:]
 		if len(c.refund) != 2*c.buckets {
 			return fakeScriptCall{}, fmt.Errorf("%d refund arguments for %d buckets", len(c.refund), c.buckets)
 		}
@@ -853,14 +859,14 @@ func fakeRecord(code byte, remaining, reset, wait int64) string {
 	for _, v := range []int64{remaining, reset, wait} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
-	return "*1\r\n" + redistests.RespBulk(string(b))
+	return redistests.RespBulk(string(b))
 }
 
 // fakeTime returns fakeAllowed with its time replaced.
 func fakeTime(sec int64, ns int32) string {
 	b := binary.LittleEndian.AppendUint64(nil, uint64(sec))
 	b = binary.LittleEndian.AppendUint32(b, uint32(ns))
-	return "*1\r\n" + redistests.RespBulk(string(b)+fakeAllowed[redisscript.HeaderSize:])
+	return redistests.RespBulk(string(b) + fakeAllowed[redisscript.HeaderSize:])
 }
 
 // garbageReplies is every reply the store must refuse for a one-bucket call.
@@ -879,9 +885,11 @@ var garbageReplies = []struct {
 	{"array holding an array", "*1\r\n*1\r\n:1\r\n", redisscript.ErrReply},
 	{"array holding nil", "*1\r\n$-1\r\n", redisscript.ErrReply},
 	{"second element not an array", "*2\r\n" + redistests.RespBulk(fakeAllowed) + ":1\r\n", redisscript.ErrReply},
-	{"short reply", "*1\r\n" + redistests.RespBulk(fakeAllowed[:len(fakeAllowed)-1]), redisscript.ErrReply},
-	{"long reply", "*1\r\n" + redistests.RespBulk(fakeAllowed+"x"), redisscript.ErrReply},
-	{"empty reply", "*1\r\n$0\r\n\r\n", redisscript.ErrReply},
+	{"short reply", redistests.RespBulk(fakeAllowed[:len(fakeAllowed)-1]), redisscript.ErrReply},
+	{"long reply", redistests.RespBulk(fakeAllowed + "x"), redisscript.ErrReply},
+	{"empty reply", "$0\r\n\r\n", redisscript.ErrReply},
+	{"array of the empty string", "*1\r\n$0\r\n\r\n", redisscript.ErrReply},
+	{"array of one string", "*1\r\n" + redistests.RespBulk(fakeAllowed), redisscript.ErrReply},
 	{"code out of range", fakeRecord(3, 5, 0, 0), redisscript.ErrReply},
 	{"retry on a cost above the limit", fakeRecord(2, 0, 0, 1), redisscript.ErrReply},
 	{"negative remaining", fakeRecord(0, -1, 0, 0), redisscript.ErrReply},

@@ -322,20 +322,9 @@ func TestBatchedCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			arr, ok := v.([]any)
-			if !ok || len(arr) < 1 {
-				t.Fatalf("reply %v, want an array", v)
-			}
-			reply, _ := arr[0].(string)
+			reply, undo := scriptReply(t, v, mode == redisscript.ModeTakeUndo)
 			vals := make([][]string, len(calls))
 			if mode == redisscript.ModeTakeUndo {
-				if len(arr) != 2 {
-					t.Fatalf("reply of %d elements, want the undo array too", len(arr))
-				}
-				var undo []string
-				for _, u := range arr[1].([]any) {
-					undo = append(undo, u.(string))
-				}
 				_, err = b.DecodeUndo(reply, undo, calls, vals)
 			} else {
 				_, err = b.Decode(reply, calls)
@@ -419,7 +408,7 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 	if begin < 0 || call < begin || end < call {
 		t.Fatal("the script's fast path markers are missing or out of order")
 	}
-	fastOnly := src[:call] + "return fast() or { '' }\n"
+	fastOnly := src[:call] + "return fast() or ''\n"
 	general := src[:begin] + src[end:]
 	declined := func(reply string) bool { return reply == "" }
 	// run returns the binary reply and, in ModeTakeUndo, the undo values.
@@ -429,19 +418,8 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		arr, ok := v.([]any)
-		if !ok || len(arr) < 1 || len(arr) > 2 {
-			t.Fatalf("reply %v, want an array of one string and, in ModeTakeUndo, the undo values", v)
-		}
-		reply, _ := arr[0].(string)
-		if len(arr) == 1 {
-			return reply, nil
-		}
-		var undo []string
-		for _, u := range arr[1].([]any) {
-			undo = append(undo, u.(string))
-		}
-		return reply, undo
+		_, undo := v.([]any)
+		return scriptReply(t, v, undo)
 	}
 	values := func(keys []string) []string {
 		t.Helper()
@@ -584,4 +562,34 @@ func TestFastPathSameAsGeneral(t *testing.T) {
 	decline("window", now, redistests.Limits(t, core.FixedWindow(5, time.Second))[0], redisscript.ModeTake)
 	decline("a day's token bucket", now, redistests.Limits(t, core.TokenBucket(core.PerDay(1), 200))[0], redisscript.ModeTake)
 	decline("refund", now, ls[0], redisscript.ModeRefund)
+}
+
+// scriptReply returns the binary string and, when undo, the undo values of
+// the script's reply v: the string alone, or with undo an array of the
+// string and the array of undo values.
+func scriptReply(t *testing.T, v any, undo bool) (string, []string) {
+	t.Helper()
+	if !undo {
+		reply, ok := v.(string)
+		if !ok {
+			t.Fatalf("reply %v (%T), want a string", v, v)
+		}
+		return reply, nil
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 2 {
+		t.Fatalf("reply %v, want an array of the string and the undo values", v)
+	}
+	reply, ok := arr[0].(string)
+	u, ok2 := arr[1].([]any)
+	if !ok || !ok2 {
+		t.Fatalf("reply %v, want an array of the string and the undo values", v)
+	}
+	vals := make([]string, len(u))
+	for i, x := range u {
+		if vals[i], ok = x.(string); !ok {
+			t.Fatalf("undo value %d is %T, want a string", i, x)
+		}
+	}
+	return reply, vals
 }

@@ -34,18 +34,19 @@ type Eval struct {
 	Keys []string // KEYS
 	Args []any    // ARGV, strings in interfaces
 
-	// Reply is the reply's first element, the script's binary string
-	// (see redisscript.Decode). When the reply has a second element, an
-	// array, Undo holds its strings (the before and written values of a
-	// take with undo); otherwise Undo is nil.
+	// Reply is the script's binary string (see redisscript.Decode): the
+	// reply, or its first element when the reply is an array of two, the
+	// reply of a take with undo, whose second element, an array, Undo
+	// holds the strings of (the before and written values); otherwise
+	// Undo is nil.
 	Reply string
 	Undo  []string
 	// NoScript reports that Redis answered NOSCRIPT: the node does not
 	// have the script, which is then sent in full.
 	NoScript bool
 	// Err is the call's failure as the client reports it, or an error
-	// wrapping redisscript.ErrReply for a reply that is not an array of
-	// one string, optionally followed by an array of strings (a nil reply
+	// wrapping redisscript.ErrReply for a reply that is neither a string
+	// nor an array of a string and an array of strings (a nil reply
 	// included).
 	Err error
 }
