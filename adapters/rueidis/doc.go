@@ -28,8 +28,8 @@
 // FLUSH or failover), in multi-slot round trips too. A denied request
 // writes nothing. A bucket's key expires when the bucket is full again,
 // rounded up to the millisecond Redis can express. A reply that is not the
-// script's (an array holding its binary string) is an error wrapping
-// redisscript.ErrReply.
+// script's (its binary string, or with undo values an array of the string
+// and the values) is an error wrapping redisscript.ErrReply.
 //
 // A key holds its bucket's state as a short binary value: a tag byte for the
 // algorithm, then little-endian integers, for a token bucket its

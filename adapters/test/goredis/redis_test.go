@@ -593,3 +593,59 @@ func scriptReply(t *testing.T, v any, undo bool) (string, []string) {
 	}
 	return reply, vals
 }
+
+// TestScriptRefusesMalformedCalls: a call argument the script cannot read
+// (short, a time outside its range, limits past its end, an unknown limit
+// code, a truncated request) is an error reply naming what is wrong, from
+// the fast path's fallback as from the rest, and writes nothing.
+func TestScriptRefusesMalformedCalls(t *testing.T) {
+	srv := redistest.Standalone(t)
+	client := standaloneClient(srv)(t)
+	ctx := context.Background()
+	l := redistests.Limits(t, core.TokenBucket(core.PerSecond(10), 5))[0]
+	var b redisscript.Builder
+	b.Reset(redisscript.NowArg(t0), redisscript.ModeTake)
+	b.Add(&redisscript.Call{Cost: 1, Buckets: []core.Bucket{{Rule: "r", Key: "u", Limit: l}}, Keys: []string{"malformed:u"}})
+	args := b.Args()
+	valid := args[0].(string)
+	// patched returns valid with b written at offset at.
+	patched := func(at int, b ...byte) string {
+		p := []byte(valid)
+		copy(p[at:], b)
+		return string(p)
+	}
+	ff := byte(0xff)
+	for _, tc := range []struct {
+		name, call, want string
+	}{
+		{"short header", valid[:redisscript.CallHeaderSize-1], "bad arguments"},
+		{"seconds below -1", patched(1, 0xfe, ff, ff, ff, ff, ff, ff, ff), "bad time"},
+		{"nanoseconds of a whole second", patched(9, 0x00, 0xca, 0x9a, 0x3b), "bad time"}, // 1e9
+		{"limits past the end", patched(redisscript.CallHeaderSize-4, 9), "bad limit arguments"},
+		{"limit code 0", patched(redisscript.CallHeaderSize, 0, 0, 0, 0, 0, 0, 0, 0), "bad arguments for limit 1"},
+		{"truncated request", valid[:len(valid)-1], "bad request arguments"},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			_, err := client.Eval(ctx, redisscript.Source(), b.Keys, tc.call).Result()
+			if err == nil || !strings.Contains(err.Error(), "ERR ratelimit: "+tc.want) {
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+			if n, err := client.Exists(ctx, b.Keys...).Result(); err != nil || n != 0 {
+				t.Fatalf("EXISTS %v = %d, %v; want nothing written", b.Keys, n, err)
+			}
+		})
+	}
+	// The call unchanged is decided, and writes its key.
+	v, err := client.Eval(ctx, redisscript.Source(), b.Keys, valid).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, _ := scriptReply(t, v, false)
+	call := &redisscript.Call{Cost: 1, Buckets: []core.Bucket{{Rule: "r", Key: "u", Limit: l}}, Keys: []string{"malformed:u"}, States: make([]core.BucketState, 1)}
+	if _, err := b.Decode(reply, []*redisscript.Call{call}); err != nil || !call.States[0].Allowed || call.States[0].Remaining != 4 {
+		t.Fatalf("the valid call: %+v, %v; want allowed with 4 remaining", call.States[0], err)
+	}
+	if n, err := client.Exists(ctx, b.Keys...).Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS %v = %d, %v; want the key written", b.Keys, n, err)
+	}
+}
