@@ -40,7 +40,7 @@ type Batcher struct {
 type pending struct {
 	ctx      context.Context
 	deadline time.Time // the end of its timeout; zero without one
-	now      string
+	now      int64     // see NowArg
 	call     *Call
 	undo     bool // wants the call's undo values: ModeTakeUndo
 	done     chan struct{}
@@ -58,11 +58,11 @@ func NewBatcher(send Sender, max int, timeout, minTTL time.Duration) *Batcher {
 	return &Batcher{send: send, max: max, timeout: timeout, minTTL: minTTL}
 }
 
-// Do decides c at time now (NowArg; "" for the server's clock) in a script
-// call, with other requests or alone, fills c.States and returns the time
-// the script used. If ctx ends while c is still queued, Do returns ctx's
+// Do decides c at time now (NowArg; ServerClock for the server's) in a
+// script call, with other requests or alone, fills c.States and returns
+// the time the script used. If ctx ends while c is still queued, Do returns ctx's
 // error and c is not sent; once c is in a call, Do waits for its answer.
-func (b *Batcher) Do(ctx context.Context, now string, c *Call) (time.Time, error) {
+func (b *Batcher) Do(ctx context.Context, now int64, c *Call) (time.Time, error) {
 	t, lead := b.Start(ctx, now, c, false)
 	if lead {
 		b.run([]*pending{t.p}, true)
@@ -84,7 +84,7 @@ type Ticket struct {
 // instead and reports lead: the caller then sends c by itself (alone or
 // pipelined with other calls) and must call Release once it has the reply,
 // so that requests queued meanwhile go out.
-func (b *Batcher) Start(ctx context.Context, now string, c *Call, undo bool) (t Ticket, lead bool) {
+func (b *Batcher) Start(ctx context.Context, now int64, c *Call, undo bool) (t Ticket, lead bool) {
 	// The Call holds its place in the queue: queueing allocates nothing
 	// once the Call has been used.
 	p := &c.p
@@ -267,7 +267,7 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 }
 
 // take removes the next call's members from the queue: the first waiter
-// and those after it with the same time argument, up to max. The caller
+// and those after it with the same time, up to max. The caller
 // holds b.mu.
 func (b *Batcher) take() []*pending {
 	first := b.queue[0]

@@ -23,7 +23,7 @@ const (
 // needed, size at most) or ModeGiveBack (n tokens given back; size is not
 // sent) on the bucket whose key is key under limit l, a token bucket, at
 // time now (NowArg), keeping a written key at least minTTL.
-func LeaseArgs(mode, now string, minTTL time.Duration, key string, l *core.Limit, n, size int64) ([]string, []any) {
+func LeaseArgs(mode string, now int64, minTTL time.Duration, key string, l *core.Limit, n, size int64) ([]string, []any) {
 	call := AppendLimit(AppendCall(make([]byte, 0, CallHeaderSize+LimitSize), mode, now, ttlMillis(minTTL), 1), l)
 	args := []any{string(call), strconv.FormatInt(n, 10)}
 	if mode == ModeLease {

@@ -23,7 +23,7 @@ func TestLeaseArgs(t *testing.T) {
 		{"lease", ModeLease, 0, 3, 40, []string{"3", "40"}, "0"},
 		{"give_back", ModeGiveBack, 1500 * time.Microsecond, 7, 0, []string{"7"}, "2"},
 	} {
-		keys, args := LeaseArgs(tc.mode, "123", tc.minTTL, "rl:a:*", lim, tc.n, tc.size)
+		keys, args := LeaseArgs(tc.mode, 123, tc.minTTL, "rl:a:*", lim, tc.n, tc.size)
 		if len(keys) != 1 || keys[0] != "rl:a:*" {
 			t.Errorf("%s: KEYS = %q, want [rl:a:*]", tc.name, keys)
 		}

@@ -10,10 +10,10 @@
 //
 // A script call carries the requests of one batch (see Batcher), decided in
 // order. Each distinct key is read once (GET, or all at once with MGET)
-// and written once (SET with PX), at the end of the call, whatever the number of requests on it: the
-// script keeps each bucket's state in a Lua table meanwhile, and every
-// request decides on the state the requests before it left, exactly as if
-// each had read and written Redis itself. A denied request changes nothing.
+// and written once (SET with PX), at the end of the call, whatever the
+// number of requests on it: the script keeps each bucket's state in a Lua
+// table meanwhile, and every request decides on the state the requests
+// before it left, exactly as if each had read and written Redis itself. A denied request changes nothing.
 // Each distinct limit is sent once per call, and requests refer to their
 // keys and limits by index. Arguments and the reply are binary: one
 // argument holds the call's header (mode, time, least time to live), the
@@ -86,7 +86,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/bucketry/ratelimit/core"
@@ -229,22 +228,21 @@ const LimitSize = 40
 const CallHeaderSize = 25
 
 // AppendCall appends the header of a call (see CallHeaderSize) in mode at
-// time now (NowArg: "" for the server's clock) with keys written to live
-// at least minTTLms and nlimits limits. A time that is not NowArg's is
-// sent as -2 seconds, which the script refuses.
-func AppendCall(dst []byte, mode, now string, minTTLms int64, nlimits int) []byte {
+// time now (see NowArg) with keys written to live at least minTTLms and
+// nlimits limits. A time before the Unix epoch is sent as -2 seconds,
+// which the script refuses.
+func AppendCall(dst []byte, mode string, now, minTTLms int64, nlimits int) []byte {
 	var m byte
 	if mode != "" {
 		m = mode[0]
 	}
 	sec, nsec := int64(-1), int64(0)
-	if now != "" {
-		ns, err := strconv.ParseInt(now, 10, 64)
-		if err != nil || ns < 0 {
-			sec = -2
-		} else {
-			sec, nsec = ns/1e9, ns%1e9
-		}
+	switch {
+	case now == ServerClock:
+	case now < 0:
+		sec = -2
+	default:
+		sec, nsec = now/1e9, now%1e9
 	}
 	dst = append(dst, m)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(sec))
@@ -277,13 +275,17 @@ func AppendLimit(dst []byte, l *core.Limit) []byte {
 	return dst
 }
 
-// NowArg returns the script's time argument: "" for the server's clock,
-// else t in Unix ns.
-func NowArg(t time.Time) string {
+// ServerClock is the time of a call decided at the Redis server's clock
+// (TIME), for NowArg, Builder.Reset, Batcher.Do and LeaseArgs.
+const ServerClock int64 = -1
+
+// NowArg returns the time of a call at t: ServerClock for the zero t, else
+// t in Unix ns (t lies between the Unix epoch and core.MaxTime).
+func NowArg(t time.Time) int64 {
 	if t.IsZero() {
-		return ""
+		return ServerClock
 	}
-	return strconv.FormatInt(t.UnixNano(), 10)
+	return t.UnixNano()
 }
 
 // Call is one request within a script call. A Call may be reused once Do
@@ -314,7 +316,7 @@ type Builder struct {
 	Keys   []string // KEYS
 	args   []any    // ARGV, strings in interfaces, built by Args
 	abuf   []byte   // ARGV[1], built by Args: the header, lbuf, rbuf
-	now    string
+	now    int64    // see NowArg
 	mode   string
 	limits []*core.Limit // the distinct limits, each at its 1-based index
 	lbuf   []byte        // the limits
@@ -354,7 +356,7 @@ func (b *Builder) SetMinTTL(d time.Duration) { b.ttlMS = ttlMillis(d) }
 
 // Reset starts a new call at time now (NowArg) in mode (ModeTake,
 // ModeTakeUndo or ModeRefund).
-func (b *Builder) Reset(now, mode string) {
+func (b *Builder) Reset(now int64, mode string) {
 	clear(b.args)
 	clear(b.Keys)
 	clear(b.limits)

@@ -174,7 +174,7 @@ func parseCall(t testing.TB, args []any) parsedCall {
 func TestBuilder(t *testing.T) {
 	rules := testLimits(t)
 	var b Builder
-	b.Reset("", ModeTake)
+	b.Reset(ServerClock, ModeTake)
 	b.Add(&Call{Cost: 1, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: &rules[0].Limit}}, Keys: []string{"k1"}})
 	b.Add(&Call{Cost: 2000, Buckets: []core.Bucket{
 		{Rule: "b", Key: "u", Limit: &rules[1].Limit},
@@ -193,7 +193,7 @@ func TestBuilder(t *testing.T) {
 		t.Errorf("Keys = %q, want the two distinct keys once", b.Keys)
 	}
 	b.SetMinTTL(1500 * time.Microsecond)
-	b.Reset("123", ModeRefund)
+	b.Reset(123, ModeRefund)
 	b.AddRefund(&Call{Cost: 3, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: &rules[0].Limit}}, Keys: []string{"k9"}}, []string{"before", "written"})
 	got = parseCall(t, b.Args())
 	if len(b.Keys) != 1 || got.now != "123" || got.mode != "r" || got.minTTL != "2" || len(got.limits) != 1 ||
@@ -221,7 +221,7 @@ func TestBuilderAllocs(t *testing.T) {
 		calls[i] = &Call{Cost: 1, Buckets: []core.Bucket{{Rule: "a", Key: key, Limit: &rules[0].Limit}, {Rule: "b", Key: key, Limit: &rules[1].Limit}}, Keys: []string{key, key + "b"}}
 	}
 	build := func() {
-		b.Reset("1767225600000000000", ModeTake)
+		b.Reset(1767225600000000000, ModeTake)
 		for _, c := range calls {
 			b.Add(c)
 		}
@@ -424,7 +424,7 @@ func TestBatcherAloneSendsAtOnce(t *testing.T) {
 	f := &fakeScript{t: t}
 	b := NewBatcher(f.send, 128, 0, 0)
 	c := call(rules, "k")
-	at, err := b.Do(context.Background(), "", c)
+	at, err := b.Do(context.Background(), ServerClock, c)
 	if err != nil || !c.States[0].Allowed || at != time.Unix(1767225600, 0) || len(f.batches) != 1 || f.batches[0] != 1 {
 		t.Fatalf("Do = %v, %v, %+v; batches %v", at, err, c.States[0], f.batches)
 	}
@@ -439,7 +439,7 @@ func TestBatcherBatches(t *testing.T) {
 		b := NewBatcher(f.send, 128, 0, 0)
 		first := make(chan error, 1)
 		go func() {
-			_, err := b.Do(context.Background(), "", call(rules, "k"))
+			_, err := b.Do(context.Background(), ServerClock, call(rules, "k"))
 			first <- err
 		}()
 		synctest.Wait() // the first call is in flight
@@ -452,7 +452,7 @@ func TestBatcherBatches(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				c := call(rules, "k")
-				if _, err := b.Do(context.Background(), "", c); err != nil {
+				if _, err := b.Do(context.Background(), ServerClock, c); err != nil {
 					t.Error(err)
 				}
 				if c.States[0].Allowed {
@@ -483,18 +483,18 @@ func TestBatcherMaxAndTimeArgument(t *testing.T) {
 		rules := testLimits(t)
 		f := &fakeScript{t: t, block: make(chan struct{})}
 		b := NewBatcher(f.send, 4, 0, 0)
-		go b.Do(context.Background(), "", call(rules, "x"))
+		go b.Do(context.Background(), ServerClock, call(rules, "x"))
 		synctest.Wait() // the first call is in flight
 		var wg sync.WaitGroup
 		for i := range 10 {
 			wg.Add(1)
-			now := "" // two time arguments never share a call
+			now := ServerClock // two times never share a call
 			if i%2 == 1 {
-				now = "1767225600000000000"
+				now = 1767225600000000000
 			}
 			go func() {
 				defer wg.Done()
-				if _, err := b.Do(context.Background(), now, call(rules, "k"+now)); err != nil {
+				if _, err := b.Do(context.Background(), now, call(rules, "k"+strconv.FormatInt(now, 10))); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -528,11 +528,11 @@ func TestBatcherCancelWhileQueued(t *testing.T) {
 		f := &fakeScript{t: t, block: make(chan struct{})}
 		b := NewBatcher(f.send, 128, 0, 0)
 		done := make(chan struct{})
-		go func() { b.Do(context.Background(), "", call(rules, "a")); close(done) }()
+		go func() { b.Do(context.Background(), ServerClock, call(rules, "a")); close(done) }()
 		synctest.Wait() // the first call is in flight
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
-		go func() { _, err := b.Do(ctx, "", call(rules, "b")); errc <- err }()
+		go func() { _, err := b.Do(ctx, ServerClock, call(rules, "b")); errc <- err }()
 		synctest.Wait() // the second request is queued
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -544,7 +544,7 @@ func TestBatcherCancelWhileQueued(t *testing.T) {
 			t.Errorf("batches %v: the canceled request was sent", f.batches)
 		}
 		// The batcher is idle again: the next request goes out alone.
-		if _, err := b.Do(context.Background(), "", call(rules, "c")); err != nil || len(f.batches) != 2 || f.batches[1] != 1 {
+		if _, err := b.Do(context.Background(), ServerClock, call(rules, "c")); err != nil || len(f.batches) != 2 || f.batches[1] != 1 {
 			t.Errorf("after cancel: %v, batches %v", err, f.batches)
 		}
 	})
@@ -554,11 +554,11 @@ func TestBatcherErrorsReachEveryone(t *testing.T) {
 	rules := testLimits(t)
 	boom := errors.New("boom")
 	b := NewBatcher(func(context.Context, []string, []any, int) (string, []string, error) { return "", nil, boom }, 8, 0, 0)
-	if _, err := b.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, boom) {
+	if _, err := b.Do(context.Background(), ServerClock, call(rules, "k")); !errors.Is(err, boom) {
 		t.Fatalf("Do error = %v, want boom", err)
 	}
 	bad := NewBatcher(func(context.Context, []string, []any, int) (string, []string, error) { return "x", nil, nil }, 8, 0, 0)
-	if _, err := bad.Do(context.Background(), "", call(rules, "k")); !errors.Is(err, ErrReply) {
+	if _, err := bad.Do(context.Background(), ServerClock, call(rules, "k")); !errors.Is(err, ErrReply) {
 		t.Fatalf("Do error = %v, want ErrReply", err)
 	}
 }
@@ -572,7 +572,7 @@ func TestBatcherStartUndo(t *testing.T) {
 		rules := testLimits(t)
 		f := &fakeScript{t: t}
 		b := NewBatcher(f.send, 128, time.Second, 0)
-		_, lead := b.Start(context.Background(), "", call(rules, "own"), true)
+		_, lead := b.Start(context.Background(), ServerClock, call(rules, "own"), true)
 		if !lead {
 			t.Fatal("Start on an idle batcher: want to lead")
 		}
@@ -581,8 +581,8 @@ func TestBatcherStartUndo(t *testing.T) {
 			err  error
 		}
 		undo, plain := make(chan answer, 1), make(chan answer, 1)
-		tu, lu := b.Start(context.Background(), "", call(rules, "u"), true)
-		tp, lp := b.Start(context.Background(), "", call(rules, "p"), false)
+		tu, lu := b.Start(context.Background(), ServerClock, call(rules, "u"), true)
+		tp, lp := b.Start(context.Background(), ServerClock, call(rules, "p"), false)
 		if lu || lp {
 			t.Fatal("Start on a claimed batcher: want queued")
 		}
@@ -601,7 +601,7 @@ func TestBatcherStartUndo(t *testing.T) {
 			t.Fatalf("batches %v in modes %v; want one call of 2 in mode %q", f.batches, f.modes, ModeTakeUndo)
 		}
 		// Released with nothing queued: idle again.
-		if _, lead := b.Start(context.Background(), "", call(rules, "again"), false); !lead {
+		if _, lead := b.Start(context.Background(), ServerClock, call(rules, "again"), false); !lead {
 			t.Fatal("after the queue drained: want to lead")
 		}
 	})
@@ -616,11 +616,11 @@ func TestBatcherDeadlineWhileQueued(t *testing.T) {
 		f := &fakeScript{t: t}
 		const timeout = 100 * time.Millisecond
 		b := NewBatcher(f.send, 128, timeout, 0)
-		_, lead := b.Start(context.Background(), "", call(rules, "own"), false)
+		_, lead := b.Start(context.Background(), ServerClock, call(rules, "own"), false)
 		if !lead {
 			t.Fatal("want to lead")
 		}
-		tk, _ := b.Start(context.Background(), "", call(rules, "late"), false)
+		tk, _ := b.Start(context.Background(), ServerClock, call(rules, "late"), false)
 		errc := make(chan error, 1)
 		go func() { _, _, err := tk.Wait(); errc <- err }()
 		time.Sleep(timeout)
@@ -646,17 +646,17 @@ func TestBatcherSlotsNoCycle(t *testing.T) {
 		b := NewBatcher(f.send, 128, 0, 0)
 		ctx := context.Background()
 		// Two other takes hold both batchers.
-		if _, lead := a.Start(ctx, "", call(rules, "a0"), true); !lead {
+		if _, lead := a.Start(ctx, ServerClock, call(rules, "a0"), true); !lead {
 			t.Fatal("a: want to lead")
 		}
-		if _, lead := b.Start(ctx, "", call(rules, "b0"), true); !lead {
+		if _, lead := b.Start(ctx, ServerClock, call(rules, "b0"), true); !lead {
 			t.Fatal("b: want to lead")
 		}
 		// y is first in a's queue, x first in b's.
-		ya, _ := a.Start(ctx, "", call(rules, "ya"), true)
-		xa, _ := a.Start(ctx, "", call(rules, "xa"), true)
-		xb, _ := b.Start(ctx, "", call(rules, "xb"), true)
-		yb, _ := b.Start(ctx, "", call(rules, "yb"), true)
+		ya, _ := a.Start(ctx, ServerClock, call(rules, "ya"), true)
+		xa, _ := a.Start(ctx, ServerClock, call(rules, "xa"), true)
+		xb, _ := b.Start(ctx, ServerClock, call(rules, "xb"), true)
+		yb, _ := b.Start(ctx, ServerClock, call(rules, "yb"), true)
 		done := make(chan string, 2)
 		wait := func(name string, tickets ...Ticket) {
 			for _, tk := range tickets {

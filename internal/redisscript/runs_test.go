@@ -44,7 +44,7 @@ func TestBuilderRuns(t *testing.T) {
 	}
 	calls[8].Buckets[0].Limit, calls[8].Buckets[1].Limit = w, a
 	var b Builder
-	b.Reset("", ModeTake)
+	b.Reset(ServerClock, ModeTake)
 	for _, c := range calls {
 		b.Add(c)
 	}
@@ -95,20 +95,20 @@ func TestBuilderRuns(t *testing.T) {
 	}
 
 	// ModeTakeUndo runs them too; refunds go one by one.
-	b.Reset("", ModeTakeUndo)
+	b.Reset(ServerClock, ModeTakeUndo)
 	b.Add(one(1, "k1"))
 	b.Add(one(1, "k1"))
 	if got := parseCall(t, b.Args()); len(got.reqs) != 1 || got.reqs[0].count != 2 {
 		t.Errorf("ModeTakeUndo: requests %+v, want one run of two", got.reqs)
 	}
-	b.Reset("", ModeRefund)
+	b.Reset(ServerClock, ModeRefund)
 	b.AddRefund(one(1, "k1"), []string{"b", "w"})
 	b.AddRefund(one(1, "k1"), []string{"b", "w"})
 	if got := parseCall(t, b.Args()); len(got.reqs) != 2 || got.reqs[0].count != 1 || got.reqs[1].count != 1 {
 		t.Errorf("ModeRefund: requests %+v, want two of their own", got.reqs)
 	}
 	// A key twice in a request (no policy makes one) never runs.
-	b.Reset("", ModeTake)
+	b.Reset(ServerClock, ModeTake)
 	b.Add(one(1, "k1", "k1"))
 	b.Add(one(1, "k1", "k1"))
 	if got := parseCall(t, b.Args()); len(got.reqs) != 2 {
@@ -186,7 +186,7 @@ func TestDecodeRunsSameAsMemory(t *testing.T) {
 		count := 2 + rng.IntN(39)
 		cost := 1 + rng.Int64N(4)
 		var b Builder
-		b.Reset("", ModeTake)
+		b.Reset(ServerClock, ModeTake)
 		calls := make([]*Call, count)
 		want := make([][]core.BucketState, count)
 		adm := int64(0)
@@ -236,7 +236,7 @@ func TestDecodeRunsSameAsMemory(t *testing.T) {
 	// A run record for a limit the fast path does not decide is refused.
 	rules = testLimits(t)
 	var b Builder
-	b.Reset("", ModeTake)
+	b.Reset(ServerClock, ModeTake)
 	calls := []*Call{
 		{Cost: 1, Buckets: []core.Bucket{{Rule: "b", Key: "u", Limit: &rules[1].Limit}}, Keys: []string{"k"}, States: make([]core.BucketState, 1)},
 		{Cost: 1, Buckets: []core.Bucket{{Rule: "b", Key: "u", Limit: &rules[1].Limit}}, Keys: []string{"k"}, States: make([]core.BucketState, 1)},
@@ -262,7 +262,7 @@ func TestDecodeRunAllocs(t *testing.T) {
 	l := testLimits(t)[0].Limit
 	calls := make([]*Call, 32)
 	var b Builder
-	b.Reset("", ModeTake)
+	b.Reset(ServerClock, ModeTake)
 	for i := range calls {
 		calls[i] = &Call{Cost: 1, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: &l}}, Keys: []string{"k"}, States: make([]core.BucketState, 1)}
 		b.Add(calls[i])
@@ -287,7 +287,7 @@ func TestDecodeUndoRun(t *testing.T) {
 	at := time.Unix(1767225600, 900_000_000)
 	calls := make([]*Call, 3)
 	var b Builder
-	b.Reset("", ModeTakeUndo)
+	b.Reset(ServerClock, ModeTakeUndo)
 	for i := range calls {
 		calls[i] = &Call{Cost: 20, Buckets: []core.Bucket{{Rule: "a", Key: "u", Limit: l}}, Keys: []string{"k"}, States: make([]core.BucketState, 1)}
 		b.Add(calls[i])
@@ -327,7 +327,7 @@ func TestDecodeUndoRun(t *testing.T) {
 		t.Errorf("none admitted: undo values %q, want %q", vals, want)
 	}
 	// A Builder reused keeps nothing of the last call's undo values.
-	b.Reset("", ModeTake)
+	b.Reset(ServerClock, ModeTake)
 	for i, r := range b.runs[:cap(b.runs)] {
 		if r.vals != nil {
 			t.Errorf("after Reset, run %d still holds undo values %q", i, r.vals)

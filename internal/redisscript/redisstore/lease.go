@@ -44,7 +44,7 @@ func (s *Store) ReturnLease(ctx context.Context, b core.Bucket, n int64, now tim
 // lease runs one lease call in mode on b and returns the script's reply.
 func (s *Store) lease(ctx context.Context, mode string, b core.Bucket, n, size int64, now time.Time) (string, error) {
 	nowArg := redisscript.NowArg(now)
-	if nowArg == "" && s.clock != nil {
+	if nowArg == redisscript.ServerClock && s.clock != nil {
 		nowArg = redisscript.NowArg(s.clock.Now())
 	}
 	key := s.keys.Key(b.Rule, b.Key)

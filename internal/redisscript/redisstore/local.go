@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,8 +381,9 @@ var cachedArrays = sync.Pool{New: func() any { return new([cachedLen]Cached) }}
 // denyLocally decides t without the script when the buckets' state, read
 // through the client-side cache, proves that Redis would deny it. It
 // reports whether it did; on false the caller asks Redis. now is the time
-// argument the script would get ("" for the server's TIME).
-func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *core.Take) (bool, error) {
+// the script would be given (redisscript.NowArg; ServerClock for the
+// server's TIME).
+func (s *Store) denyLocally(ctx context.Context, now int64, keys []string, t *core.Take) (bool, error) {
 	if t.Cost == 0 {
 		return false, nil // a read is never denied
 	}
@@ -419,13 +419,9 @@ func (s *Store) denyLocally(ctx context.Context, now string, keys []string, t *c
 		lb, ub = make([]int64, 0, len(keys)), make([]int64, 0, len(keys))
 	}
 	lb, ub = lb[:len(keys)], ub[:len(keys)]
-	if now != "" {
-		n, err := strconv.ParseInt(now, 10, 64)
-		if err != nil {
-			return false, nil
-		}
+	if now != redisscript.ServerClock {
 		for i := range keys {
-			lb[i], ub[i] = n, n
+			lb[i], ub[i] = now, now
 		}
 	} else {
 		for i, k := range keys {

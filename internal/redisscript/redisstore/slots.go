@@ -100,7 +100,7 @@ func (g *group) reset(slot int) {
 	buckets, keys, states := g.call.Buckets[:0], g.call.Keys[:0], g.call.States[:0]
 	g.call.Reset()
 	g.call.Buckets, g.call.Keys, g.call.States = buckets, keys, states
-	g.b.Reset("", "")
+	g.b.Reset(redisscript.ServerClock, "")
 	g.slot, g.dm, g.idx = slot, nil, g.idx[:0]
 	g.eval, g.reply, g.undo, g.at, g.err = Eval{}, "", nil, time.Time{}, nil
 	g.tk, g.sent, g.recv, g.refunded = redisscript.Ticket{}, time.Time{}, time.Time{}, false
@@ -112,7 +112,7 @@ func (g *group) reset(slot int) {
 // second round trip: each bucket that still holds what the take wrote gets
 // its earlier value back exactly, others the cost. Until then the tokens
 // are held, so this can under-admit for a moment; it never over-admits.
-func (s *Store) takeSlots(caller context.Context, now string, keys []string, slots []int, t *core.Take) error {
+func (s *Store) takeSlots(caller context.Context, now int64, keys []string, slots []int, t *core.Take) error {
 	st := slotTakes.Get().(*slotTake)
 	defer st.release()
 	for i, k := range keys {
@@ -170,7 +170,7 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, slo
 			all = false
 			continue
 		}
-		if now == "" && s.local != nil {
+		if now == redisscript.ServerClock && s.local != nil {
 			s.local.setClock(g.slot, g.at, sent, recv)
 		}
 		all = all && g.call.Allowed()
@@ -247,7 +247,7 @@ func (s *Store) takeSlots(caller context.Context, now string, keys []string, slo
 // ran out while it waited without sending it, and bound each call by its
 // members' earliest deadline. A take whose groups all queue (the common
 // case under load) so costs no context and no timer of its own.
-func (s *Store) sendGroups(ctx context.Context, now string, deadline time.Time, groups []*group) error {
+func (s *Store) sendGroups(ctx context.Context, now int64, deadline time.Time, groups []*group) error {
 	var leadArr, queuedArr [4]*group
 	lead, queued := leadArr[:0], queuedArr[:0]
 	for _, g := range groups {

@@ -172,7 +172,7 @@ func (s *Store) Take(ctx context.Context, t *core.Take) error {
 	}
 	t.At = time.Time{}
 	now := redisscript.NowArg(t.Now)
-	if now == "" && s.clock != nil {
+	if now == redisscript.ServerClock && s.clock != nil {
 		now = redisscript.NowArg(s.clock.Now())
 	}
 	r := takeReqs.Get().(*takeReq)
@@ -265,7 +265,7 @@ func (r *takeReq) buildKeys(k *redisscript.Keys, buckets []core.Bucket) ([]strin
 // takeSlot decides a take whose buckets lie in one hash slot, locally when
 // it can, and reports whether it called Redis. joined is joinKeys(keys); c
 // is the call to use.
-func (s *Store) takeSlot(ctx context.Context, now string, slot int, keys []string, joined string, t *core.Take, c *redisscript.Call) (bool, error) {
+func (s *Store) takeSlot(ctx context.Context, now int64, slot int, keys []string, joined string, t *core.Take, c *redisscript.Call) (bool, error) {
 	var sent time.Time
 	switch {
 	case s.denials != nil:
@@ -361,7 +361,7 @@ func (s *Store) slot(key string) int {
 
 // takeOne decides a take whose buckets lie in one hash slot, through c: in
 // a batch, or alone without batching.
-func (s *Store) takeOne(ctx context.Context, now string, slot int, keys []string, t *core.Take, c *redisscript.Call) error {
+func (s *Store) takeOne(ctx context.Context, now int64, slot int, keys []string, t *core.Take, c *redisscript.Call) error {
 	var sent time.Time
 	if s.local != nil {
 		sent = time.Now()
@@ -380,7 +380,7 @@ func (s *Store) takeOne(ctx context.Context, now string, slot int, keys []string
 			// of these buckets may be out of date (never too low).
 			s.local.unknown(keys, sent, recv)
 		} else {
-			if now == "" {
+			if now == redisscript.ServerClock {
 				s.local.setClock(slot, t.At, sent, recv)
 			}
 			s.local.record(keys, t, sent, recv)
@@ -390,7 +390,7 @@ func (s *Store) takeOne(ctx context.Context, now string, slot int, keys []string
 }
 
 // direct sends one call alone.
-func (s *Store) direct(ctx context.Context, now string, c *redisscript.Call) (time.Time, error) {
+func (s *Store) direct(ctx context.Context, now int64, c *redisscript.Call) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var b redisscript.Builder
