@@ -124,8 +124,6 @@ type result struct {
 	OutageErr error
 }
 
-// run drives one target: it empties the store, starts the instances,
-// attacks them at e.rate for e.duration and collects what it measured.
 // counted paces an attack as its Pacer does and stops it after n
 // requests. An attack bounded by its duration instead sends fewer when the
 // machine falls behind its pace; this one catches up and sends them all,
@@ -143,6 +141,10 @@ func (c counted) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) 
 	return c.Pacer.Pace(elapsed, hits)
 }
 
+// run drives one target: it empties the store, starts the instances,
+// sends them requests at e.rate for e.duration (or the target's own),
+// rate x duration in all however late (see counted), and collects what it
+// measured.
 func (e *env) run(ctx context.Context, t target) (*result, error) {
 	servers := e.servers(t)
 	if err := flush(servers); err != nil {

@@ -60,8 +60,9 @@ func NewBatcher(send Sender, max int, timeout, minTTL time.Duration) *Batcher {
 
 // Do decides c at time now (NowArg; ServerClock for the server's) in a
 // script call, with other requests or alone, fills c.States and returns
-// the time the script used. If ctx ends while c is still queued, Do returns ctx's
-// error and c is not sent; once c is in a call, Do waits for its answer.
+// the time the script used. If ctx ends while c is still queued, Do
+// returns ctx's error and c is not sent; once c is in a call, Do waits for
+// its answer.
 func (b *Batcher) Do(ctx context.Context, now int64, c *Call) (time.Time, error) {
 	t, lead := b.Start(ctx, now, c, false)
 	if lead {
