@@ -481,8 +481,10 @@ func (v *HeaderValues) Format(f *HeaderFormat, d *Decision) {
 // or showing shadow tiers), or those not in shadow mode.
 func (f *HeaderFormat) shown(d *Decision, buf []TierState) []TierState {
 	for i := range d.NumTiers() {
-		if t := d.TierAt(i); f == nil || f.shadow || !t.Shadow {
-			buf = append(buf, t)
+		buf = append(buf, TierState{})
+		t := &buf[len(buf)-1]
+		if d.tierInto(i, t); f != nil && !f.shadow && t.Shadow {
+			buf = buf[:len(buf)-1]
 		}
 	}
 	return buf

@@ -709,7 +709,7 @@ func (p *Policy) resolve(ctx context.Context, req *Request, buckets []Bucket, ru
 			}
 			if id != "" {
 				r := &p.rules[i]
-				buckets, rules = append(buckets, Bucket{Rule: r.Name, Key: id, Limit: &r.Limit}), append(rules, r)
+				buckets, rules = appendBucket(buckets, r.Name, id, &r.Limit), append(rules, r)
 			}
 		}
 		return buckets, rules, nil
@@ -757,7 +757,17 @@ func (p *Policy) add(ctx context.Context, i int, req *Request, plan string, buck
 			lim = l
 		}
 	}
-	return append(buckets, Bucket{Rule: r.Name, Key: id, Limit: lim}), append(rules, r), nil
+	return appendBucket(buckets, r.Name, id, lim), append(rules, r), nil
+}
+
+// appendBucket appends the bucket of key under limit l of rule, field by
+// field: a Bucket built whole and copied in is read back in wide loads
+// over narrower stores, which stall.
+func appendBucket(buckets []Bucket, rule, key string, l *Limit) []Bucket {
+	buckets = append(buckets, Bucket{})
+	b := &buckets[len(buckets)-1]
+	b.Rule, b.Key, b.Limit = rule, key, l
+	return buckets
 }
 
 // plainIdentity returns the identity req has in the scope of rule i of a
@@ -1337,22 +1347,30 @@ func (d *Decision) deniedBy(i int) bool {
 // TierAt returns the state of tier i, in policy order, for i from 0 to
 // NumTiers()-1; the zero TierState for any other i. It allocates nothing.
 func (d *Decision) TierAt(i int) TierState {
+	var t TierState
+	d.tierInto(i, &t)
+	return t
+}
+
+// tierInto sets *t, field by field, to TierAt(i) (see gcraSpan).
+func (d *Decision) tierInto(i int, t *TierState) {
 	switch {
 	case i < 0 || i >= d.NumTiers():
-		return TierState{}
+		*t = TierState{}
+		return
 	case d.more != nil:
-		return d.more[i]
+		*t = d.more[i]
+		return
 	}
 	r, f := &d.tiers[i], d.flags[i]
-	t := TierState{Rule: r.rule, Limit: r.limit, Shadow: f&2 != 0}
+	t.Rule, t.Limit, t.Shadow = r.rule, r.limit, f&2 != 0
 	t.Allowed, t.Reason = f&1 != 0, Reason(f>>2)
 	t.Remaining, t.ResetAfter = r.remaining, time.Duration(r.resetAfter)
 	if t.Allowed {
-		t.Delay = time.Duration(r.wait)
+		t.Delay, t.RetryAfter = time.Duration(r.wait), 0
 	} else {
-		t.RetryAfter = time.Duration(r.wait)
+		t.Delay, t.RetryAfter = 0, time.Duration(r.wait)
 	}
-	return t
 }
 
 // Tiers returns the state of every tier that applied, in policy order, in
@@ -1427,7 +1445,10 @@ func (d *Decision) setRec(i int, rule *Rule, limit *Limit, st *BucketState, shad
 		f |= 2
 	}
 	d.flags[i] = f
-	d.tiers[i] = tierRec{rule: rule, limit: limit, remaining: st.Remaining, resetAfter: int64(st.ResetAfter), wait: int64(wait)}
+	// Field by field, for the reason gcraSpan gives.
+	t := &d.tiers[i]
+	t.rule, t.limit = rule, limit
+	t.remaining, t.resetAfter, t.wait = st.Remaining, int64(st.ResetAfter), int64(wait)
 }
 
 func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, shadow bool) {

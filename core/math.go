@@ -296,7 +296,8 @@ func (l *Limit) decidable() bool {
 // (upDouble).
 func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 	next := *s
-	st, left, tat := l.gcraSpan(s.A, s.Span, now, cost)
+	var st BucketState
+	left, tat := l.gcraSpan(&st, s.A, s.Span, now, cost)
 	st.Remaining = left / l.interval
 	if st.Allowed && cost > 0 {
 		next.A, next.Span = tat, l.tau
@@ -305,7 +306,7 @@ func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 }
 
 // gcraSpan decides a token bucket or shaping limit whose state is (tat,
-// span) without the division for Remaining: it leaves st.Remaining unset
+// span) into st without the division for Remaining: it leaves st.Remaining 0
 // and returns the span, in ns, that Remaining is the whole number of
 // intervals of, and the next tat (to be stored with l.tau when allowed with
 // cost > 0; tat otherwise). The memory store divides after unlocking the
@@ -319,7 +320,7 @@ func (l *Limit) decideBucket(s *State, now, cost int64) (BucketState, State) {
 // cost then fits once that time is down to rescaledFit's, a whole number of
 // microseconds: its RetryAfter is exact at any resolution, and the
 // bisection runs on values a double holds exactly.
-func (l *Limit) gcraSpan(tat, span, now, cost int64) (st BucketState, left, next int64) {
+func (l *Limit) gcraSpan(st *BucketState, tat, span, now, cost int64) (left, next int64) {
 	now = l.at(now)
 	full := tat // when the bucket is full
 	if l.long {
@@ -332,27 +333,33 @@ func (l *Limit) gcraSpan(tat, span, now, cost int64) (st BucketState, left, next
 		debt = rescaleDebt(ceilMicro(until), span, l.tau)
 	}
 	room := l.tau - debt // negative only if the clock went backwards or a longer limit wrote
-	st = BucketState{ResetAfter: time.Duration(upDouble(until))}
+	// Each field is written once, Allowed and Reason together: a
+	// BucketState built whole and copied out, or with fields written twice,
+	// would be read back in wide loads over narrower stores, which stall.
+	st.Remaining, st.RetryAfter, st.Delay = 0, 0, 0
 	need := cost * l.interval
 	wait := need - room // > 0: the cost does not fit now
 	if cost == 0 || cost > l.burst {
-		st.Allowed = cost == 0
-		if !st.Allowed {
-			st.Reason = ReasonCostExceedsLimit
+		if cost == 0 {
+			st.Allowed, st.Reason = true, ReasonNone
+		} else {
+			st.Allowed, st.Reason = false, ReasonCostExceedsLimit
 		}
-		return st, max(room, 0), tat
+		st.ResetAfter = time.Duration(upDouble(until))
+		return max(room, 0), tat
 	}
 	if wait <= 0 || (l.alg == AlgShaping && wait <= l.wait) {
-		st.Allowed = true
+		st.Allowed, st.Reason = true, ReasonNone
 		if wait > 0 {
 			st.Delay = time.Duration(wait)
 		}
 		st.ResetAfter = time.Duration(debt + need)
-		return st, max(room-need, 0), now + debt + need
+		return max(room-need, 0), now + debt + need
 	}
 	// A shaping bucket admits, with a delay, as soon as the wait is within
 	// MaxWait (l.wait is 0 for a token bucket).
-	st.Reason = ReasonLimited
+	st.Allowed, st.Reason = false, ReasonLimited
+	st.ResetAfter = time.Duration(upDouble(until))
 	if changed {
 		// The time until full falls at the writer's pace: the cost fits once
 		// it is down to the largest whose rescaled debt leaves room for need
@@ -362,7 +369,7 @@ func (l *Limit) gcraSpan(tat, span, now, cost int64) (st BucketState, left, next
 	} else {
 		st.RetryAfter = time.Duration(upDouble(wait - l.wait))
 	}
-	return st, max(room, 0), tat
+	return max(room, 0), tat
 }
 
 // windowStart returns the start of the fixed window holding now, and the

@@ -452,9 +452,10 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 	allowed := true
 	for i := range buckets {
 		l := buckets[i].Limit
-		st, left, tat := l.gcraSpan(words[i], l.tau, now, cost)
+		st := &states[i]
+		left, tat := l.gcraSpan(st, words[i], l.tau, now, cost)
 		st.Remaining = left / l.interval
-		states[i], tats[i] = st, tat
+		tats[i] = tat
 		allowed = allowed && st.Allowed
 	}
 	if !allowed || cost == 0 {
@@ -462,9 +463,9 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 		for i := range buckets {
 			if states[i].Allowed && cost > 0 {
 				l := buckets[i].Limit
-				st, left, _ := l.gcraSpan(words[i], l.tau, now, 0)
+				st := &states[i]
+				left, _ := l.gcraSpan(st, words[i], l.tau, now, 0)
 				st.Remaining = left / l.interval
-				states[i] = st
 			}
 			ents[i].unlock(words[i])
 		}
@@ -507,12 +508,11 @@ func (s *MemoryStore) takeFastIn(rt *ruleTable, key string, l *Limit, out *Bucke
 			}
 			continue // locked: wait; dead: look again
 		}
-		st, left, tat := l.gcraSpan(w, l.tau, now, cost)
-		if st.Allowed && cost > 0 && tat != w && !e.word.CompareAndSwap(w, tat) {
+		left, tat := l.gcraSpan(out, w, l.tau, now, cost)
+		if out.Allowed && cost > 0 && tat != w && !e.word.CompareAndSwap(w, tat) {
 			continue // another decision came first: decide again
 		}
-		st.Remaining = left / l.interval
-		*out = st
+		out.Remaining = left / l.interval
 		return true
 	}
 }
@@ -698,7 +698,8 @@ func (e *entry) decide(w int64, l *Limit, now, cost int64) (BucketState, int64) 
 		} else {
 			w = 0 // another algorithm: afresh
 		}
-		st, left, tat := l.gcraSpan(w, span, now, cost)
+		var st BucketState
+		left, tat := l.gcraSpan(&st, w, span, now, cost)
 		st.Remaining = left / l.interval
 		return st, tat
 	}
