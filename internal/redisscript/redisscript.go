@@ -757,13 +757,15 @@ func decodeRecords(recs string, states []core.BucketState) error {
 		if code > core.ReasonCostExceedsLimit || rem < 0 || reset < 0 || wait < 0 || code == core.ReasonCostExceedsLimit && wait != 0 {
 			return fmt.Errorf("%w: bucket %d: code %d, remaining %d, reset %d, wait %d", ErrReply, i, code, rem, reset, wait)
 		}
-		st := core.BucketState{Allowed: code == core.ReasonNone, Reason: code, Remaining: rem, ResetAfter: time.Duration(reset)}
-		if st.Allowed {
-			st.Delay = time.Duration(wait)
+		// Field by field, for the reason tokenState gives.
+		st := &states[i]
+		st.Allowed, st.Reason = code == core.ReasonNone, code
+		st.Remaining, st.ResetAfter = rem, time.Duration(reset)
+		if code == core.ReasonNone {
+			st.Delay, st.RetryAfter = time.Duration(wait), 0
 		} else {
-			st.RetryAfter = time.Duration(wait)
+			st.Delay, st.RetryAfter = 0, time.Duration(wait)
 		}
-		states[i] = st
 	}
 	return nil
 }
@@ -804,7 +806,7 @@ func (r *run) states(pos int, c *Call) {
 	before := min(int64(pos), r.adm)
 	for i := range c.States {
 		l := c.Buckets[i].Limit
-		c.States[i] = tokenState(l, r.raw[i]+before*c.Cost*int64(l.Interval()), c.Cost, allowed)
+		tokenState(&c.States[i], l, r.raw[i]+before*c.Cost*int64(l.Interval()), c.Cost, allowed)
 	}
 }
 
@@ -832,21 +834,27 @@ func runCap(l *core.Limit, raw, cost int64) int64 {
 	return lim/need + 1
 }
 
-// tokenState is take.lua's answer for a bucket of token bucket or shaping
-// limit l owing raw ns, to a request of cost: allowed, when the request as
-// a whole passes (then this bucket does), or not; a bucket that would pass
-// a denied request reports its balance as it stands.
-func tokenState(l *core.Limit, raw, cost int64, allowed bool) core.BucketState {
+// tokenState sets *st to take.lua's answer for a bucket of token bucket or
+// shaping limit l owing raw ns, to a request of cost: allowed, when the
+// request as a whole passes (then this bucket does), or not; a bucket that
+// would pass a denied request reports its balance as it stands.
+//
+// Each field is written once, Allowed and Reason together: a state built
+// whole and copied in is read back in wide loads over narrower stores,
+// which stall.
+func tokenState(st *core.BucketState, l *core.Limit, raw, cost int64, allowed bool) {
 	interval, tau := int64(l.Interval()), int64(l.Window())
 	room := tau - raw
-	st := core.BucketState{Allowed: true, Remaining: max(room, 0) / interval, ResetAfter: time.Duration(raw)}
 	need := cost * interval
 	wait := need - room
 	shaping := l.Algorithm() == core.AlgShaping
+	st.Remaining, st.ResetAfter = max(room, 0)/interval, time.Duration(raw)
+	st.RetryAfter, st.Delay = 0, 0
 	switch {
 	case cost > l.Burst():
 		st.Allowed, st.Reason = false, core.ReasonCostExceedsLimit
 	case wait <= 0 || shaping && wait <= int64(l.MaxWait()):
+		st.Allowed, st.Reason = true, core.ReasonNone
 		if allowed {
 			st.Delay = time.Duration(max(wait, 0))
 			st.Remaining = max(room-need, 0) / interval
@@ -858,7 +866,6 @@ func tokenState(l *core.Limit, raw, cost int64, allowed bool) core.BucketState {
 		}
 		st.Allowed, st.Reason, st.RetryAfter = false, core.ReasonLimited, time.Duration(wait)
 	}
-	return st
 }
 
 func le64(s string) uint64 {
