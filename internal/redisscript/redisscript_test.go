@@ -683,3 +683,51 @@ func TestBatcherSlotsNoCycle(t *testing.T) {
 		}
 	})
 }
+
+// TestStatesOverwriteStale checks that tokenState and decodeRecords, which
+// write into their caller's states rather than returning new ones, write
+// every field: over a stale state they answer what they answer over a zero
+// one.
+func TestStatesOverwriteStale(t *testing.T) {
+	stale := core.BucketState{Allowed: true, Reason: core.ReasonLimited, Remaining: -7, ResetAfter: -1, RetryAfter: 12345, Delay: 999}
+	for _, def := range []core.Limit{core.TokenBucket(core.PerSecond(10), 5), core.Shaping(core.PerSecond(10), 5, 300*time.Millisecond)} {
+		l, err := core.NewLimit(def)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tau := int64(l.Window())
+		for _, raw := range []int64{0, tau / 2, tau, tau + tau/2} {
+			for _, cost := range []int64{1, 3, l.Burst() + 1} {
+				for _, allowed := range []bool{false, true} {
+					var fresh core.BucketState
+					st := stale
+					tokenState(&fresh, l, raw, cost, allowed)
+					tokenState(&st, l, raw, cost, allowed)
+					if st != fresh {
+						t.Errorf("tokenState(%v, raw %d, cost %d, %t): %+v over a stale state, %+v over a zero one", def, raw, cost, allowed, st, fresh)
+					}
+				}
+			}
+		}
+	}
+	var recs []byte
+	for _, r := range []struct {
+		code             byte
+		rem, reset, wait int64
+	}{{0, 4, 100, 0}, {0, 0, 200, 50}, {1, 0, 300, 70}, {2, 5, 0, 0}} {
+		recs = append(recs, r.code)
+		recs = binary.LittleEndian.AppendUint64(recs, uint64(r.rem))
+		recs = binary.LittleEndian.AppendUint64(recs, uint64(r.reset))
+		recs = binary.LittleEndian.AppendUint64(recs, uint64(r.wait))
+	}
+	fresh, st := make([]core.BucketState, 4), []core.BucketState{stale, stale, stale, stale}
+	if err := decodeRecords(string(recs), fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeRecords(string(recs), st); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st, fresh) {
+		t.Errorf("decodeRecords: %+v over stale states, %+v over zero ones", st, fresh)
+	}
+}
