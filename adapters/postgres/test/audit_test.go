@@ -456,8 +456,8 @@ func TestAuditMaxWriteRate(t *testing.T) {
 	var denied int64
 	start := time.Now()
 	for i := 0; time.Since(start) < 1500*time.Millisecond; i++ {
-		// About 50,000 denials a second: 25 times the rate, with room on
-		// the other core for the writer.
+		// Up to about 50,000 denials a second: 25 times the rate, with
+		// room on the other core for the writer.
 		if i%50 == 0 {
 			time.Sleep(time.Millisecond)
 		}
@@ -488,7 +488,10 @@ func TestAuditMaxWriteRate(t *testing.T) {
 	if during.Written < rate/2 {
 		t.Errorf("%d rows written in %v at WithMaxWriteRate(%d): the writer stalled", during.Written, elapsed.Round(time.Millisecond), rate)
 	}
-	if denied < 10*most || st.Dropped == 0 {
+	// The flood's own pace depends on the machine (its sleeps overshoot
+	// under load): five times what the writer may write is flood enough,
+	// with rows dropped to show the queue overflowed.
+	if denied < 5*most || st.Dropped == 0 {
 		t.Errorf("%d denials, %d dropped: the flood did not outrun the rate", denied, st.Dropped)
 	}
 	if st.Enqueued+st.Dropped != denied || st.Written != st.Enqueued || inTable != st.Enqueued {
