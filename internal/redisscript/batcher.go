@@ -93,13 +93,10 @@ func (b *Batcher) Start(ctx context.Context, now int64, c *Call, undo bool) (t T
 	if done == nil {
 		done = make(chan struct{}, 1)
 	}
-	// Field by field, for the reason tokenState gives.
-	p.ctx, p.now, p.call, p.undo, p.done = ctx, now, c, undo, done
-	p.deadline = time.Time{}
+	*p = pending{ctx: ctx, now: now, call: c, undo: undo, done: done}
 	if b.timeout > 0 {
 		p.deadline = time.Now().Add(b.timeout)
 	}
-	p.batch, p.taken, p.at, p.vals, p.err = nil, false, time.Time{}, nil, nil
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
