@@ -333,9 +333,10 @@ func (l *Limit) gcraSpan(st *BucketState, tat, span, now, cost int64) (left, nex
 		debt = rescaleDebt(ceilMicro(until), span, l.tau)
 	}
 	room := l.tau - debt // negative only if the clock went backwards or a longer limit wrote
-	// Each field is written once, Allowed and Reason together: a
-	// BucketState built whole and copied out, or with fields written twice,
-	// would be read back in wide loads over narrower stores, which stall.
+	// Every field is written on every path, Allowed and Reason in one
+	// store, which the decision's read of the two forwards from: a
+	// BucketState built whole and copied out would be read back in wide
+	// loads over narrower stores, which stall.
 	st.Remaining, st.RetryAfter, st.Delay = 0, 0, 0
 	need := cost * l.interval
 	wait := need - room // > 0: the cost does not fit now

@@ -839,7 +839,7 @@ func runCap(l *core.Limit, raw, cost int64) int64 {
 // request as a whole passes (then this bucket does), or not; a bucket that
 // would pass a denied request reports its balance as it stands.
 //
-// Each field is written once, Allowed and Reason together: a state built
+// Every field is written, Allowed and Reason in one store: a state built
 // whole and copied in is read back in wide loads over narrower stores,
 // which stall.
 func tokenState(st *core.BucketState, l *core.Limit, raw, cost int64, allowed bool) {
