@@ -54,7 +54,7 @@ func TestMemoryTakeOverwritesStates(t *testing.T) {
 	at := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	for _, n := range []int{1, 3} {
 		t.Run(fmt.Sprintf("buckets=%d", n), func(t *testing.T) {
-			clean, reused := mustMemoryStore(t), mustMemoryStore(t)
+			clean, reused := mustMemory(t), mustMemory(t)
 			buckets := make([]Bucket, n)
 			for i := range buckets {
 				buckets[i] = Bucket{Rule: fmt.Sprintf("r%d", i), Key: "k", Limit: lim}
@@ -79,13 +79,4 @@ func TestMemoryTakeOverwritesStates(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mustMemoryStore(t *testing.T) *MemoryStore {
-	t.Helper()
-	s, err := NewMemoryStore()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
