@@ -483,15 +483,17 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, n int64, d *Decision
 		*d = Decision{}
 		return fmt.Errorf("%w: Decide: the request is nil", ErrNilArgument)
 	}
-	d.clear()
 	if l != nil && l.direct {
 		// What run would do, without its layer; and for one rule, what
-		// decide would do, without its.
+		// decide would do, without its. decideOne writes every field of d
+		// itself.
 		if p := l.policy.Load(); p.single() && validCost(n) {
 			return l.decideOne(p, time.Time{}, req, n, d)
 		}
+		d.clear()
 		return l.decide(ctx, time.Time{}, req, n, d)
 	}
+	d.clear()
 	return l.run(ctx, time.Time{}, req, n, d)
 }
 
@@ -653,17 +655,25 @@ func (p *Policy) single() bool {
 // decision, without the slices of the general path.
 func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *Decision) error {
 	id, err := p.plainIdentity(0, req)
-	if err != nil {
-		return err
-	}
-	d.Allowed, d.Cost = true, n
-	if id == "" {
+	if err != nil || id == "" {
+		d.clear()
+		if err != nil {
+			return err
+		}
+		d.Allowed, d.Cost = true, n
 		return nil
 	}
 	r := &p.rules[0]
 	var st BucketState
-	d.At = time.Unix(0, l.memory.takeRule(r, id, &r.Limit, &st, now, n))
+	at := l.memory.takeRule(r, id, &r.Limit, &st, now, n)
+	// Every field of d, written after the store's compare-and-swap: stores
+	// before it would have to drain first.
 	d.fillOne(r, &r.Limit, &st, false)
+	if !st.Allowed {
+		d.Delay = 0
+	}
+	d.Cost, d.At = n, time.Unix(0, at)
+	d.Degraded, d.Err, d.ShadowDenied = false, nil, false
 	return nil
 }
 

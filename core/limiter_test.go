@@ -642,6 +642,63 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// poisonDecision sets every field of d (found by reflection, so that a
+// field added later is covered) to a value no decision has, its tier
+// records up to n.
+func poisonDecision(t *testing.T, d *Decision, n int) {
+	t.Helper()
+	v := reflect.ValueOf(d).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // unexported too
+		switch name := v.Type().Field(i).Name; name {
+		case "n":
+			f.SetInt(int64(n))
+		case "tiers", "flags":
+			for j := range n {
+				poison(t, f.Index(j))
+			}
+		case "more":
+			// A decision of more than maxInlineTiers tiers holds them
+			// there, and no inline records.
+		default:
+			poison(t, f)
+		}
+	}
+}
+
+// TestDecideOverwritesStale: Decide over a decision holding stale values
+// in every field decides as over a zero one, on a policy of one rule
+// (decided without run's layers) and of two, allowed and denied.
+func TestDecideOverwritesStale(t *testing.T) {
+	clock := NewManualClock(t0)
+	limiter := func(rules ...Rule) *Limiter {
+		s, err := NewMemoryStore(WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newTestLimiter(t, []Option{WithStore(s)}, rules...)
+	}
+	user := Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 2)}
+	endpoint := Rule{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(1), 3)}
+	ctx := context.Background()
+	for _, rules := range [][]Rule{{user}, {user, endpoint}} {
+		a, b := limiter(rules...), limiter(rules...)
+		for i, req := range []Request{{User: "u", Endpoint: "/x"}, {User: "u", Endpoint: "/x"}, {User: "u", Endpoint: "/x"}, {}, {User: "a\x00"}} {
+			for _, held := range []int{0, 1, 3} {
+				// a and b decide the same requests at the same times.
+				want, wantErr := a.Allow(ctx, req)
+				var d Decision
+				poisonDecision(t, &d, held)
+				err := b.Decide(ctx, &req, 1, &d)
+				if (err == nil) != (wantErr == nil) || !sameDecision(&d, &want) || !clearPast(&d) {
+					t.Errorf("%d rules, request %d (%+v), over %d stale tiers: Decide = %+v, %v; AllowN = %+v, %v", len(rules), i, req, held, d, err, want, wantErr)
+				}
+			}
+		}
+	}
+}
+
 // clearPast reports whether d's tier records past those it holds are zero,
 // as in a Decision made afresh.
 func clearPast(d *Decision) bool {
@@ -659,21 +716,7 @@ func clearPast(d *Decision) bool {
 func TestDecisionClear(t *testing.T) {
 	for _, n := range []int{0, 1, 3, maxInlineTiers} {
 		var d Decision
-		v := reflect.ValueOf(&d).Elem()
-		for i := range v.NumField() {
-			f := v.Field(i)
-			f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // unexported too
-			switch name := v.Type().Field(i).Name; name {
-			case "n":
-				f.SetInt(int64(n))
-			case "tiers", "flags":
-				for j := range n {
-					poison(t, f.Index(j))
-				}
-			default:
-				poison(t, f)
-			}
-		}
+		poisonDecision(t, &d, n)
 		d.clear()
 		if !reflect.DeepEqual(d, Decision{}) {
 			t.Errorf("n = %d: clear left %+v, want the zero Decision", n, d)
