@@ -93,6 +93,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("chilimit: Handler: nil next handler")
 	}
+	m.engine.HandlerMade()
 	h := &handler{m: m, next: next}
 	if routes, ok := next.(chi.Routes); ok {
 		h.routes = routes
@@ -144,12 +145,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, r, &res, r)
 		return
 	}
-	// The request next gets: its context records this middleware. It is
-	// our own copy, so while Check runs its Pattern can carry chi's
-	// pattern of the route the request reaches, which the view reports;
-	// next gets the Pattern the request came with, which chi sets when it
-	// routes.
-	marked := r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
+	// The request next gets: when another handler over the limiter could
+	// see it after this one, a copy whose context records this
+	// middleware; otherwise r itself. While Check runs its Pattern
+	// carries chi's pattern of the route the request reaches, which the
+	// view reports; next gets the Pattern the request came with, which
+	// chi sets when it routes.
+	marked := r
+	if m.engine.NeedsContextMark() {
+		marked = r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
+	}
 	pattern, known := m.routes.route(r, h.routes)
 	came := marked.Pattern
 	marked.Pattern = pattern

@@ -3,6 +3,12 @@ package flow
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/bucketry/ratelimit/core"
 )
 
 // Mark records which middlewares have checked a request, so that one that
@@ -66,3 +72,38 @@ func (e *Engine) Mark(m *Mark) *Mark {
 	engines[len(m.engines)] = e
 	return &Mark{engines: engines}
 }
+
+// ctxHandlers counts, per limiter, the handlers made over it whose
+// requests carry their Mark in their context (net/http's): a request can
+// pass a second such handler over the same limiter only if there is one.
+// The limiter is held weakly, and its entry dropped when it is collected.
+var ctxHandlers sync.Map // weak.Pointer[core.Limiter] -> *atomic.Int64
+
+// handlerCount returns the count of limiter's context-marking handlers.
+func handlerCount(limiter *core.Limiter) *atomic.Int64 {
+	wp := weak.Make(limiter)
+	if c, ok := ctxHandlers.Load(wp); ok {
+		return c.(*atomic.Int64)
+	}
+	c, loaded := ctxHandlers.LoadOrStore(wp, new(atomic.Int64))
+	if !loaded {
+		runtime.AddCleanup(limiter, func(wp weak.Pointer[core.Limiter]) { ctxHandlers.Delete(wp) }, wp)
+	}
+	return c.(*atomic.Int64)
+}
+
+// HandlerMade records that an adapter made one more handler over e's
+// limiter that keeps a request's Mark in its context (a net/http
+// handler): adapters call it once per handler they return, so that
+// NeedsContextMark knows whether a request may meet a second one.
+func (e *Engine) HandlerMade() { e.ctxHandlers.Add(1) }
+
+// NeedsContextMark reports whether a request that e checks must carry its
+// Mark, in a copy of the request with a new context, to the handlers after
+// e: whether more than one handler has been made over e's limiter, by this
+// adapter or another, that keeps the Mark in the request's context (see
+// HandlerMade). With one, no handler after e can charge e's tiers again,
+// and the request goes on as it came, without the copy: a request and a
+// context allocated per request, half of what the middleware would add to
+// a request otherwise.
+func (e *Engine) NeedsContextMark() bool { return e.ctxHandlers.Load() > 1 }

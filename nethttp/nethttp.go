@@ -71,7 +71,11 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 // A request passes the middleware once: if it runs again on the same
 // request (around the mux and around a route), the second run calls next
 // without charging; a second Middleware over the same limiter fails the
-// request with flow.ErrInstalledTwice. Handler panics if next is nil, as
+// request with flow.ErrInstalledTwice. The record of a pass travels in a
+// copy of the request with a new context, made only while more than one
+// handler exists over the limiter (Handler calls, of any Middleware over
+// it, chi's included): with one, next gets the request as it came, which
+// spares two allocations per request. Handler panics if next is nil, as
 // http.ServeMux.Handle does, when the route is wired rather than under
 // load.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
@@ -79,6 +83,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		panic("nethttp: Handler: nil next handler")
 	}
 	mux, _ := next.(*http.ServeMux)
+	m.engine.HandlerMade()
 	return &handler{m: m, next: next, mux: mux}
 }
 
@@ -97,13 +102,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, r, &res, r)
 		return
 	}
-	// The request next gets: its context records this middleware. It is
-	// our own copy, so in front of a ServeMux it can carry the pattern
-	// the mux will match, which the mux sets again when it dispatches.
-	marked := r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
+	// The request next gets: when another handler over the limiter could
+	// see it after this one, a copy whose context records this
+	// middleware; otherwise r itself.
+	marked := r
+	if m.engine.NeedsContextMark() {
+		marked = r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
+	}
 	if h.mux != nil {
+		// While Check runs, the request carries the pattern the mux
+		// will match, which the mux sets again when it dispatches.
+		came := marked.Pattern
 		_, marked.Pattern = h.mux.Handler(r)
 		m.engine.Check(muxRequest{request{marked}}, &res)
+		marked.Pattern = came
 	} else {
 		m.engine.Check(request{marked}, &res)
 	}

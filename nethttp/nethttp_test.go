@@ -157,3 +157,36 @@ func TestInstalledTwice(t *testing.T) {
 		t.Errorf("two middlewares: %d, %v; want 500 and ErrInstalledTwice", rec.Code, got)
 	}
 }
+
+// TestOneHandlerNoCopy: while one handler exists over the limiter, next
+// gets the request as it came, and the middleware allocates only the
+// header values; once a second exists, even of another Middleware, next
+// gets a copy whose context records the pass.
+func TestOneHandlerNoCopy(t *testing.T) {
+	l := flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerSecond(1000), 1_000_000)})
+	m, err := nethttp.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen *http.Request
+	h := m.Handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { seen = r }))
+	r := httptest.NewRequest("GET", "/x", nil)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if seen != r || flow.MarkFrom(seen.Context()) != nil {
+		t.Fatalf("one handler: next got %p (marked %v), want the request as it came, %p", seen, flow.MarkFrom(seen.Context()) != nil, r)
+	}
+	// One allocation: the dynamic header values' block.
+	if n := testing.AllocsPerRun(100, func() { clear(w.Header()); h.ServeHTTP(w, r) }); n > 1 {
+		t.Errorf("one handler: %v allocations a request, want at most 1", n)
+	}
+	other, err := nethttp.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Handler(http.NotFoundHandler())
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if seen == r || flow.MarkFrom(seen.Context()) == nil {
+		t.Errorf("two handlers: next got the request as it came (marked %v), want a marked copy", flow.MarkFrom(seen.Context()) != nil)
+	}
+}
