@@ -571,3 +571,28 @@ func TestNativePattern(t *testing.T) {
 		t.Errorf("GET /api/items/x = %d, r.Pattern %q in the skip function, %q in NotFound; want 404, \"\", \"/api/*\"", w.Code, native, notFound)
 	}
 }
+
+// TestOneHandlerNoCopy: while one handler exists over the limiter, chi's
+// handler gets the request the router passes on, with the Pattern it came
+// with; once a second exists, a copy whose context records the pass.
+func TestOneHandlerNoCopy(t *testing.T) {
+	l := limiterOf(t)
+	m := newMiddleware(t, l)
+	var in, seen *http.Request
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			in = req
+			next.ServeHTTP(w, req)
+		})
+	})
+	r.Use(m.Handler)
+	r.Get("/items/{id}", func(_ http.ResponseWriter, req *http.Request) { seen = req })
+	if w := do(r, "GET", "/items/1"); w.Code != 200 || seen != in || flow.MarkFrom(seen.Context()) != nil {
+		t.Fatalf("one handler: %d, next got %p (marked %v), want 200 and the request as it came, %p", w.Code, seen, seen != nil && flow.MarkFrom(seen.Context()) != nil, in)
+	}
+	newMiddleware(t, l).Handler(http.NotFoundHandler())
+	if w := do(r, "GET", "/items/1"); w.Code != 200 || seen == in || flow.MarkFrom(seen.Context()) == nil {
+		t.Errorf("two handlers: %d, next got the request as it came (marked %v), want 200 and a marked copy", w.Code, flow.MarkFrom(seen.Context()) != nil)
+	}
+}
