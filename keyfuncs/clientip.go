@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"net/textproto"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 )
 
 // ClientIPOption configures ClientIP. Options are applied in order; for
@@ -25,6 +27,42 @@ type ipConfig struct {
 	v4bits     int // 0: the whole address
 	v6bits     int
 	err        error // the first invalid option
+
+	peers *peerNames // the text of IPv4 peers read through PeerAddrRequest
+}
+
+// peerNameSlots is how many IPv4 peers' text a ClientIP keeps, 8 KiB of
+// slots.
+const (
+	peerNameBits  = 10
+	peerNameSlots = 1 << peerNameBits
+)
+
+// peerNames keeps the text of recently seen IPv4 peers, so that a
+// framework that holds the peer as an address (PeerAddrRequest) does not
+// cost a formatting and an allocation per request from a client seen
+// before. A slot holds one address and its text, replaced whole; a miss
+// formats the address into one allocation, as formatting alone would.
+type peerNames [peerNameSlots]atomic.Pointer[peerName]
+
+type peerName struct {
+	a   [4]byte
+	n   uint8
+	buf [15]byte // "255.255.255.255"
+}
+
+// name returns the text of a, an IPv4 address.
+func (p *peerNames) name(a netip.Addr) string {
+	b := a.As4()
+	u := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	slot := &p[(u*0x9e3779b1)>>(32-peerNameBits)]
+	if e := slot.Load(); e != nil && e.a == b {
+		return unsafe.String(&e.buf[0], e.n)
+	}
+	e := &peerName{a: b}
+	e.n = uint8(len(a.AppendTo(e.buf[:0])))
+	slot.Store(e)
+	return unsafe.String(&e.buf[0], e.n) // e.buf is not written again
 }
 
 func (c *ipConfig) fail(format string, args ...any) {
@@ -167,9 +205,11 @@ func WithTrustNonIPPeer() ClientIPOption {
 // option is invalid. The Func allocates once per call, for the key, except
 // when the key is an untrusted IPv4 peer's address without WithIPv4Prefix,
 // the common case, which it returns as a slice of Request.RemoteAddr:
-// nothing to parse with netip, nothing to allocate.
+// nothing to parse with netip, nothing to allocate; or, from a
+// PeerAddrRequest, as text it keeps for the last peers it saw (1,024
+// slots), formatted and allocated once per peer that is not there.
 func ClientIP(opts ...ClientIPOption) (Func, error) {
-	c := &ipConfig{header: "X-Forwarded-For"}
+	c := &ipConfig{header: "X-Forwarded-For", peers: new(peerNames)}
 	for i, o := range opts {
 		if o == nil {
 			c.fail("ClientIP: option %d is nil", i)
@@ -191,7 +231,7 @@ func (c *ipConfig) key(r Request) (string, error) {
 			// address's text, as below.
 			if ap, ok := pr.PeerAddr(); ok {
 				if a := ap.Addr().Unmap(); a.Is4() && !c.trusts(a) {
-					return a.String(), nil
+					return c.peers.name(a), nil
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -280,5 +281,38 @@ func TestClientIPPeerAllocs(t *testing.T) {
 				t.Errorf("%v allocations, want %v", got, tc.allocs)
 			}
 		})
+	}
+}
+
+// TestClientIPPeerNames: through PeerAddrRequest, the key is the peer's
+// text for many more peers than slots (each slot replaced many times, from
+// several goroutines), and a peer seen just before costs no allocation.
+func TestClientIPPeerNames(t *testing.T) {
+	fn, err := ClientIP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 20 * peerNameSlots {
+				a := netip.AddrFrom4([4]byte{byte(g), byte(i >> 16), byte(i >> 8), byte(i)})
+				got, err := fn(peerAddr{Static{Peer: "ignored"}, netip.AddrPortFrom(a, 80), true})
+				if err != nil || got != a.String() {
+					t.Errorf("peer %v: key %q, %v; want %q", a, got, err, a.String())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// A pointer, which the Request interface holds without an allocation.
+	r := &peerAddr{Static{Peer: "ignored"}, netip.MustParseAddrPort("[::ffff:198.51.100.9]:80"), true}
+	if n := testing.AllocsPerRun(100, func() {
+		if got, _ := fn(r); got != "198.51.100.9" {
+			t.Fatalf("key %q, want 198.51.100.9", got)
+		}
+	}); n != 0 {
+		t.Errorf("a peer seen before: %v allocations, want 0", n)
 	}
 }
