@@ -600,13 +600,7 @@ func TestDecide(t *testing.T) {
 		{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(2), 2)},
 	}
 	clock := NewManualClock(t0)
-	limiter := func(rules ...Rule) *Limiter {
-		s, err := NewMemoryStore(WithClock(clock))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newTestLimiter(t, []Option{WithStore(s)}, rules...)
-	}
+	limiter := onClock(t, clock)
 	a, b := limiter(rules...), limiter(rules...)
 	a1, b1 := limiter(rules[0]), limiter(rules[0])
 	ctx := context.Background()
@@ -667,18 +661,24 @@ func poisonDecision(t *testing.T, d *Decision, n int) {
 	}
 }
 
-// TestDecideOverwritesStale: Decide over a decision holding stale values
-// in every field decides as over a zero one, on a policy of one rule
-// (decided without run's layers) and of two, allowed and denied.
-func TestDecideOverwritesStale(t *testing.T) {
-	clock := NewManualClock(t0)
-	limiter := func(rules ...Rule) *Limiter {
+// onClock returns a maker of limiters, each on its own memory store, all
+// on clock.
+func onClock(t *testing.T, clock Clock) func(rules ...Rule) *Limiter {
+	return func(rules ...Rule) *Limiter {
 		s, err := NewMemoryStore(WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return newTestLimiter(t, []Option{WithStore(s)}, rules...)
 	}
+}
+
+// TestDecideOverwritesStale: Decide over a decision holding stale values
+// in every field decides as over a zero one, on a policy of one rule
+// (decided without run's layers) and of two, allowed and denied.
+func TestDecideOverwritesStale(t *testing.T) {
+	clock := NewManualClock(t0)
+	limiter := onClock(t, clock)
 	user := Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 2)}
 	endpoint := Rule{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(1), 3)}
 	ctx := context.Background()
