@@ -669,9 +669,6 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 	// Every field of d, written after the store's compare-and-swap: stores
 	// before it would have to drain first.
 	d.fillOne(r, &r.Limit, &st, false)
-	if !st.Allowed {
-		d.Delay = 0
-	}
 	d.Cost, d.At = n, time.Unix(0, at)
 	d.Degraded, d.Err, d.ShadowDenied = false, nil, false
 	return nil
@@ -1513,7 +1510,7 @@ func (d *Decision) clear() {
 func (d *Decision) fillOne(r *Rule, l *Limit, st *BucketState, shadow bool) {
 	d.setTiers(1)
 	d.setRec(0, r, l, st, shadow)
-	d.Allowed, d.Reason = st.Allowed, st.Reason
+	d.Allowed, d.Reason, d.Delay = st.Allowed, st.Reason, 0
 	if st.Allowed {
 		d.Delay = st.Delay
 	}
