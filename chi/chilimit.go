@@ -151,10 +151,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// carries chi's pattern of the route the request reaches, which the
 	// view reports; next gets the Pattern the request came with, which
 	// chi sets when it routes.
-	marked := r
-	if m.engine.NeedsContextMark() {
-		marked = r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
-	}
+	marked := m.engine.MarkRequest(r, prev)
 	pattern, known := m.routes.route(r, h.routes)
 	came := marked.Pattern
 	marked.Pattern = pattern

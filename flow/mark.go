@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -95,15 +96,20 @@ func handlerCount(limiter *core.Limiter) *atomic.Int64 {
 // HandlerMade records that an adapter made one more handler over e's
 // limiter that keeps a request's Mark in its context (a net/http
 // handler): adapters call it once per handler they return, so that
-// NeedsContextMark knows whether a request may meet a second one.
+// MarkRequest knows whether a request may meet a second one.
 func (e *Engine) HandlerMade() { e.ctxHandlers.Add(1) }
 
-// NeedsContextMark reports whether a request that e checks must carry its
-// Mark, in a copy of the request with a new context, to the handlers after
-// e: whether more than one handler has been made over e's limiter, by this
-// adapter or another, that keeps the Mark in the request's context (see
-// HandlerMade). With one, no handler after e can charge e's tiers again,
-// and the request goes on as it came, without the copy: a request and a
-// context allocated per request, half of what the middleware would add to
-// a request otherwise.
-func (e *Engine) NeedsContextMark() bool { return e.ctxHandlers.Load() > 1 }
+// MarkRequest returns the request the handlers after e get, for r, whose
+// Mark was prev, once e has checked it. While more than one handler has
+// been made over e's limiter, by this adapter or another, that keeps the
+// Mark in the request's context (see HandlerMade), it is a copy of r whose
+// context records e. With one, no handler after e can charge e's tiers
+// again, and it is r itself: the copy is a request and a context allocated
+// per request, more than half of what the middleware would allocate
+// otherwise.
+func (e *Engine) MarkRequest(r *http.Request, prev *Mark) *http.Request {
+	if e.ctxHandlers.Load() <= 1 {
+		return r
+	}
+	return r.WithContext(WithMark(r.Context(), e.Mark(prev)))
+}

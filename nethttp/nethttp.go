@@ -105,10 +105,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request next gets: when another handler over the limiter could
 	// see it after this one, a copy whose context records this
 	// middleware; otherwise r itself.
-	marked := r
-	if m.engine.NeedsContextMark() {
-		marked = r.WithContext(flow.WithMark(r.Context(), m.engine.Mark(prev)))
-	}
+	marked := m.engine.MarkRequest(r, prev)
 	if h.mux != nil {
 		// While Check runs, the request carries the pattern the mux
 		// will match, which the mux sets again when it dispatches.
