@@ -49,6 +49,10 @@ type Engine struct {
 type policyNeeds struct {
 	policy *core.Policy
 	rule   string // "" for none
+	// route is whether deciding reads the request's route: a rule needs
+	// it (rule), has a When predicate (which may read core.Request.Route),
+	// or a key function is chosen by route.
+	route bool
 	// keyed[i] is whether an enabled rule has e.keys[i]'s scope, or a When
 	// predicate, which may read any: the key functions of the other scopes
 	// are not called, for no tier would use what they return.
@@ -322,15 +326,19 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 		*res = Result{Outcome: Skipped}
 		return
 	}
-	req := core.Request{Method: r.Method(), Route: r.Route(), View: r}
-	if req.Route == "" {
-		req.Route = r.FullMethod() // gRPC: the method is the route
-	}
 	needs := e.needs()
-	if rr, ok := r.(RouteReporter); ok && !rr.RouteKnown() {
-		if needs.rule != "" {
+	req := core.Request{Method: r.Method(), View: r}
+	if needs.route {
+		// Only then: finding the route may cost the adapter a match of the
+		// router's (nethttp's mux), and the view still answers a key
+		// function, plan or skip function that asks.
+		if rr, ok := r.(RouteReporter); ok && !rr.RouteKnown() && needs.rule != "" {
 			*res = e.routeUnknown(needs.rule)
 			return
+		}
+		req.Route = r.Route()
+		if req.Route == "" {
+			req.Route = r.FullMethod() // gRPC: the method is the route
 		}
 	}
 	for i := range e.keys {
@@ -421,9 +429,9 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 // needs returns what requests need of the policy in force, worked out once
 // per policy: the name of an enabled rule that needs the request's route,
 // or "" (one with a route selector, or an endpoint rule when the endpoint
-// is keyed by the route), and the key functions whose scope an enabled
-// rule limits (all of them when a rule has a When predicate, which may
-// read any).
+// is keyed by the route), whether anything reads the route, and the key
+// functions whose scope an enabled rule limits (all of them when a rule
+// has a When predicate, which may read any).
 func (e *Engine) needs() *policyNeeds {
 	p := e.limiter.Policy()
 	if n := e.need.Load(); n != nil && n.policy == p {
@@ -440,20 +448,22 @@ func (e *Engine) needs() *policyNeeds {
 				n.keyed[i] = true
 			}
 		}
-		if n.rule != "" {
-			continue
-		}
-		if r.Scope == core.ScopeEndpoint && e.endpointByRoute {
+		n.route = n.route || r.When != nil
+		if r.Scope == core.ScopeEndpoint && e.endpointByRoute && n.rule == "" {
 			n.rule = r.Name
-			continue
 		}
 		for _, rt := range r.Routes {
-			if sel, _ := core.ParseRoute(rt); sel.Route() != "" {
+			if sel, _ := core.ParseRoute(rt); sel.Route() != "" && n.rule == "" {
 				n.rule = r.Name
-				break
 			}
 		}
 	}
+	for i := range e.keys {
+		for _, rk := range e.keys[i].routes {
+			n.route = n.route || n.keyed[i] && rk.sel.Route() != ""
+		}
+	}
+	n.route = n.route || n.rule != ""
 	e.need.Store(n)
 	return n
 }

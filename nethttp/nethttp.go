@@ -107,12 +107,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// middleware; otherwise r itself.
 	marked := m.engine.MarkRequest(r, prev)
 	if h.mux != nil {
-		// While Check runs, the request carries the pattern the mux
-		// will match, which the mux sets again when it dispatches.
-		came := marked.Pattern
-		_, marked.Pattern = h.mux.Handler(r)
-		m.engine.Check(muxRequest{request{marked}}, &res)
-		marked.Pattern = came
+		v := muxViews.Get().(*muxView)
+		v.r, v.mux, v.came = marked, h.mux, marked.Pattern
+		m.engine.Check(v, &res)
+		v.done()
+		muxViews.Put(v)
 	} else {
 		m.engine.Check(request{marked}, &res)
 	}
