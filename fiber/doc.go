@@ -47,7 +47,11 @@
 // and a request that a route-scoped or endpoint rule could apply to fails
 // with flow.ErrRouteUnknown (500 through the error handler) rather than
 // skip the tier: install the middleware on such a route itself,
-// app.Get("/n/:id<int>", rl, h), where fiber has matched it.
+// app.Get("/n/:id<int>", rl, h), where fiber has matched it. The route is
+// looked for only when something reads it: a rule limited to routes, an
+// endpoint rule, a rule with a When predicate, a key function given per
+// route, or a key, plan or skip function of the app's that asks; a policy
+// of none of these costs no search of the stack.
 //
 // The same middleware installed twice on a request's way (app.Use and a
 // route) charges it once; a second middleware over the same limiter fails

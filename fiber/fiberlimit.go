@@ -93,8 +93,7 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 	if !again {
 		if rt := c.Route(); isUse(rt) {
 			v := usePool.Get().(*useView)
-			v.request = request{c}
-			v.route, v.known = resolve(c, rt)
+			v.request, v.rt = request{c}, rt
 			m.engine.Check(v, &res)
 			*v = useView{}
 			usePool.Put(v)

@@ -102,21 +102,38 @@ func (v request) Route() string {
 // route, or none.
 func (v request) RouteKnown() bool { return true }
 
-// useView is the view of a request in a Use route (app.Use, group.Use),
-// with the route it will reach, found once per request by resolve. The
-// middleware takes one from usePool per such request.
+// useView is the view of a request in Use route rt (app.Use, group.Use),
+// with the route it will reach, found by resolve when first asked for: the
+// Engine asks only for a policy that needs the route, and a key, plan or
+// skip function may. The middleware takes one from usePool per such
+// request.
 type useView struct {
 	request
-	route string
-	known bool
+	rt       *fiber.Route
+	route    string
+	known    bool
+	resolved bool
+}
+
+func (v *useView) resolve() {
+	if !v.resolved {
+		v.route, v.known = resolve(v.c, v.rt)
+		v.resolved = true
+	}
 }
 
 // Route returns the route the request will reach, or "" for none or when
 // it cannot be told.
-func (v *useView) Route() string { return v.route }
+func (v *useView) Route() string {
+	v.resolve()
+	return v.route
+}
 
 // RouteKnown reports whether resolve could tell the route.
-func (v *useView) RouteKnown() bool { return v.known }
+func (v *useView) RouteKnown() bool {
+	v.resolve()
+	return v.known
+}
 
 // FullMethod returns "": this is HTTP.
 func (v request) FullMethod() string { return "" }
