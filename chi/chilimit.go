@@ -76,6 +76,10 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 // chi.Routes.Find and chi.Walk. A router mounted through any other
 // handler, r.Mount("/admin", auth(admin)), is out of sight, of Find as of
 // the middleware: before it routes, the route is the mount's, "/admin/{*}".
+// It asks only when something reads the route (a rule limited to routes,
+// an endpoint rule, a When predicate, a key function given per route, or
+// a function of the service's that asks), sparing a search of the router
+// otherwise.
 // Outside chi (around a handler that is not a chi router, with no chi
 // routing context) the route is unknown, and a request to which a rule
 // that needs it could apply fails with flow.ErrRouteUnknown through the
@@ -147,20 +151,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The request next gets: when another handler over the limiter could
 	// see it after this one, a copy whose context records this
-	// middleware; otherwise r itself. While Check runs its Pattern
-	// carries chi's pattern of the route the request reaches, which the
-	// view reports; next gets the Pattern the request came with, which
-	// chi sets when it routes.
+	// middleware; otherwise r itself. Once the view has resolved the
+	// route, and until Check returns, its Pattern carries chi's pattern of
+	// the route the request reaches; next gets the Pattern the request
+	// came with, which chi sets when it routes.
 	marked := m.engine.MarkRequest(r, prev)
-	pattern, known := m.routes.route(r, h.routes)
-	came := marked.Pattern
-	marked.Pattern = pattern
-	if known {
-		m.engine.Check(request{marked}, &res)
-	} else {
-		m.engine.Check(unrouted{request{marked}}, &res)
-	}
-	marked.Pattern = came
+	v := views.Get().(*lazyView)
+	v.request, v.came, v.from, v.resolver, v.routes = request{marked}, marked.Pattern, r, &m.routes, h.routes
+	m.engine.Check(v, &res)
+	v.done()
+	views.Put(v)
 	h.answer(w, r, &res, marked)
 }
 
