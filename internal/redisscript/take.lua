@@ -105,6 +105,11 @@
 local function fast()
   -- Its own names for what it uses: capturing none of the chunk's locals,
   -- it has no upvalue to make and close.
+  -- Remainders: for integers a >= 0 and b >= 1 with a + b below 2^53,
+  -- Lua's a % b, a - floor(a / b) * b, is a mod b or, when a / b rounded
+  -- up to the next integer, that minus b; either is exact, and the one
+  -- correction makes it a mod b. An operator costs less than a call of
+  -- math.fmod.
   local E9, TWO53 = 1000000000, 9007199254740992
   local pack, sunpack, fmod = struct.pack, struct.unpack, math.fmod
   local byte, rep, concat, format = string.byte, string.rep, table.concat, string.format
@@ -160,8 +165,15 @@ local function fast()
   if nk > 1 then vals = redis.call('MGET', unpack(KEYS)) end
   while pos <= size do
     if pos + 15 > size then return nil end
-    local cost, count, m
-    cost, count, m, pos = sunpack('<i8I4I4', blob, pos)
+    -- A request and its first bucket in one unpack when it has one: a
+    -- call of a C function costs Redis more than a few more fields.
+    local cost, count, m, k0, j0
+    if pos + 23 <= size then
+      cost, count, m, k0, j0 = sunpack('<i8I4I4I4I4', blob, pos)
+    else
+      cost, count, m = sunpack('<i8I4I4', blob, pos)
+    end
+    pos = pos + 16
     if cost < 0 or cost >= TWO53 or pos + 8 * m - 1 > size then return nil end
     local run = count ~= 1
     if run and (count < 2 or cost == 0 or m == 0) then return nil end
@@ -176,8 +188,8 @@ local function fast()
     -- debt, and once one is denied every later one is, nothing having
     -- changed. A request at debt raw passes a bucket while raw <= tau -
     -- need (+ max wait when shaping), so the first margin / need + 1
-    -- pass, margin the room at the run's start (exact: fmod is, and
-    -- every value is an integer below 2^53). Each bucket's record is the
+    -- pass, margin the room at the run's start (exact: see the
+    -- remainders below). Each bucket's record is the
     -- code 3, its debt at the run's start and the number admitted; the
     -- client derives every request's state from them
     -- (redisscript.Builder).
@@ -189,8 +201,9 @@ local function fast()
     for i = 1, m do
       -- The bucket: its key and limit, and its debt at the time used (0
       -- for no value or another algorithm's).
-      local k, j
-      k, j, pos = sunpack('<I4I4', blob, pos)
+      local k, j = k0, j0
+      if i > 1 then k, j = sunpack('<I4I4', blob, pos) end
+      pos = pos + 8
       if j < 1 or j > nl then return nil end
       local l = 5 * j
       local alg = lim[l - 4]
@@ -237,7 +250,9 @@ local function fast()
         elseif margin >= TWO53 then
           return nil
         else
-          local cap = (margin - fmod(margin, need)) / need + 1
+          local r = margin % need
+          if r < 0 then r = r + need end
+          local cap = (margin - r) / need + 1
           if cap < adm then adm = cap end
         end
       else
@@ -267,7 +282,9 @@ local function fast()
           end
         end
         if m > 1 then bt[5 * i] = roompos end
-        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, (left - fmod(left, interval)) / interval, reset, w
+        local r = left % interval
+        if r < 0 then r = r + interval end
+        out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = reason, (left - r) / interval, reset, w
         nout = nout + 4
       end
       if m == 1 then
@@ -311,10 +328,12 @@ local function fast()
         end
         if d then
           if d >= TWO53 then return nil end
-          local r = fmod(d, E9)
+          local r = d % E9
+          if r < 0 then r = r + E9 end
           local s, ns = now_s + (d - r) / E9, now_ns + r
           if ns >= E9 then s, ns = s + 1, ns - E9 end
-          r = fmod(ns, 1000)
+          r = ns % 1000
+          if r < 0 then r = r + 1000 end
           local ttl = d
           if r > 0 then ttl = d + 1000 - r end
           local b = 5 * k
@@ -346,7 +365,9 @@ local function fast()
     local ttl = st[b]
     if ttl > 0 then
       ttl = ttl + 999999
-      local ms = (ttl - fmod(ttl, 1000000)) / 1000000
+      local r = ttl % 1000000
+      if r < 0 then r = r + 1000000 end
+      local ms = (ttl - r) / 1000000
       if ms < min_ttl then ms = min_ttl end
       redis.call('SET', KEYS[k], pack('<Bi8i4i8', st[b - 4], st[b - 3], st[b - 2], st[b - 1]), 'PX', format('%d', ms))
     end
