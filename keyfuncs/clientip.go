@@ -509,34 +509,34 @@ func parseHost(s string, obfPort bool) (netip.Addr, bool) {
 // parseHost then decides. Whatever it accepts, parseHost accepts as the
 // same address, whose String is host.
 func parseIPv4Peer(s string) (host string, a netip.Addr, ok bool) {
-	// One pass, a byte at a time: k octets done, the current one n, of
-	// digits digits.
+	// Octet by octet: one to three digits, the first not 0 unless alone.
 	var ip [4]byte
-	k, n, digits := 0, 0, 0
 	i := 0
-scan:
-	for ; i < len(s); i++ {
-		switch c := s[i]; {
-		case c-'0' <= 9:
-			if digits == 3 || (digits == 1 && n == 0) {
-				return "", netip.Addr{}, false // too long, or a leading zero
-			}
-			n, digits = n*10+int(c-'0'), digits+1
-		case c == '.':
-			if digits == 0 || n > 255 || k == 3 {
+	for k := range ip {
+		if k > 0 {
+			if i == len(s) || s[i] != '.' {
 				return "", netip.Addr{}, false
 			}
-			ip[k], k, n, digits = byte(n), k+1, 0, 0
-		case c == ':':
-			break scan
-		default:
+			i++
+		}
+		if i == len(s) || s[i]-'0' > 9 {
 			return "", netip.Addr{}, false
 		}
+		n := uint(s[i] - '0')
+		i++
+		for end := min(i+2, len(s)); n != 0 && i < end && s[i]-'0' <= 9; i++ {
+			n = n*10 + uint(s[i]-'0')
+		}
+		if n > 255 {
+			return "", netip.Addr{}, false
+		}
+		ip[k] = byte(n)
 	}
-	if k != 3 || digits == 0 || n > 255 || (i < len(s) && !validPort(s[i+1:], false)) {
+	// What follows is nothing or a port; a digit here is a fourth digit,
+	// or one after a leading zero.
+	if i < len(s) && (s[i] != ':' || !validPort(s[i+1:], false)) {
 		return "", netip.Addr{}, false
 	}
-	ip[3] = byte(n)
 	return s[:i], netip.AddrFrom4(ip), true
 }
 
