@@ -296,6 +296,15 @@ type Result struct {
 // A request that fails (BadInput or Failed) is logged through the
 // limiter's logger (core.WithLogger), throttled per kind of failure,
 // whatever the error handler does with it; nothing when no logger is set.
+//
+// Check reads r's route (Route, and RouteKnown for a RouteReporter) only
+// when the policy in force needs it: a rule limited to routes, an endpoint
+// rule keyed by the route, a rule with a When predicate (which sees
+// core.Request.Route), or a key function given per route (WithRouteKey).
+// Otherwise core.Request.Route stays "", and a view whose route costs a
+// router's match to find (nethttp around a ServeMux, chi before routing,
+// fiber under app.Use) finds it only if a key, plan, cost or skip function
+// asks.
 func (e *Engine) Check(r keyfuncs.Request, res *Result) {
 	e.check(r, res)
 	if res.Err != nil && (res.Outcome == BadInput || res.Outcome == Failed) {
