@@ -99,8 +99,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	}
 	m.engine.HandlerMade()
 	h := &handler{m: m, next: next}
-	if routes, ok := next.(chi.Routes); ok {
-		h.routes = routes
+	routes, _ := next.(chi.Routes)
+	h.routes = routes
+	h.find = func(r *http.Request) (string, bool) { return m.routes.route(r, routes) }
+	if routes != nil {
 		return routerHandler{h}
 	}
 	return h
@@ -110,6 +112,8 @@ type handler struct {
 	m      *Middleware
 	next   http.Handler
 	routes chi.Routes // next, when it is a chi router: the route is resolved through it
+	// find resolves a request's route, for the view (see lazyView).
+	find func(*http.Request) (pattern string, known bool)
 }
 
 // routerHandler is the handler around a chi router: a chi.Routes itself,
@@ -157,9 +161,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// came with, which chi sets when it routes.
 	marked := m.engine.MarkRequest(r, prev)
 	v := views.Get().(*lazyView)
-	v.request, v.came, v.from, v.resolver, v.routes = request{marked}, marked.Pattern, r, &m.routes, h.routes
+	v.request = request{marked}
+	v.Begin(marked, h.find)
 	m.engine.Check(v, &res)
-	v.done()
+	v.Done()
+	v.request = request{}
 	views.Put(v)
 	h.answer(w, r, &res, marked)
 }

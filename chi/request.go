@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
 )
@@ -60,53 +58,29 @@ func (v request) Values(name string) []string { return v.r.Header.Values(name) }
 func (v request) Native() *http.Request { return v.r }
 
 // lazyView is the view of a request whose route the middleware resolves
-// (see Middleware.Handler) when something first reads it: the Engine does
-// only for a policy that needs the route, and a key, plan or skip function
-// may. Where the route cannot be told (outside chi) Route is "" and
-// RouteKnown false, so that a rule that needs the route fails the request
-// with flow.ErrRouteUnknown rather than silently not applying. The
-// middleware takes views from views.
+// (see Middleware.Handler) when something first reads it (see
+// flow.RouteOnRead). Where the route cannot be told (outside chi) Route is
+// "" and RouteKnown false, so that a rule that needs the route fails the
+// request with flow.ErrRouteUnknown rather than silently not applying.
+// The middleware takes views from views.
 type lazyView struct {
 	request
-	came     string        // the request's Pattern before
-	from     *http.Request // the request as it came, whose context chi's routing is in
-	resolver *resolver     // the middleware's
-	routes   chi.Routes    // the router the middleware wraps, if any
-	resolved bool          // the route has been resolved: r.Pattern holds it
-	known    bool
+	flow.RouteOnRead
 }
 
 var views = sync.Pool{New: func() any { return new(lazyView) }}
 
-func (v *lazyView) resolve() {
-	if !v.resolved {
-		v.r.Pattern, v.known = v.resolver.route(v.from, v.routes)
-		v.resolved = true
-	}
-}
-
 // Route returns the route, resolved when first asked for.
 func (v *lazyView) Route() string {
-	v.resolve()
-	return v.request.Route()
+	p, _ := v.Pattern()
+	return flow.BraceRoute(p)
 }
 
 // RouteKnown reports whether the middleware can tell the route.
 func (v *lazyView) RouteKnown() bool {
-	v.resolve()
-	return v.known
+	_, known := v.Pattern()
+	return known
 }
 
 // Native returns the request, with chi's pattern of its route in Pattern.
-func (v *lazyView) Native() *http.Request {
-	v.resolve()
-	return v.r
-}
-
-// done gives the request its Pattern back and empties the view.
-func (v *lazyView) done() {
-	if v.resolved {
-		v.r.Pattern = v.came
-	}
-	*v = lazyView{}
-}
+func (v *lazyView) Native() *http.Request { return v.Request() }

@@ -2,7 +2,6 @@ package nethttp
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/bucketry/ratelimit/core"
@@ -10,57 +9,33 @@ import (
 	"github.com/bucketry/ratelimit/flow/flowtest"
 )
 
-// TestMuxViewAsksWhenRead checks that the middleware around a ServeMux
-// asks the mux for the request's pattern only when something reads the
-// route (a second match of the path per request otherwise), that what
-// reads it gets it, a function of the *http.Request in r.Pattern, and that
-// the request has its own Pattern back afterwards.
+// TestMuxViewAsksWhenRead: around a ServeMux, the middleware asks it for a
+// request's pattern only when something reads the route (a second match
+// of the path per request otherwise); see flowtest.CheckRouteOnRead.
 func TestMuxViewAsksWhenRead(t *testing.T) {
-	lim := core.TokenBucket(core.PerMinute(100), 100)
-	perIP := core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: lim}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items/{id}", func(http.ResponseWriter, *http.Request) {})
-	var seen string
-	native := WithKeyFunc(core.ScopeUser, func(r *http.Request) (string, error) {
-		seen = r.Pattern
-		return "user-1", nil
+	flowtest.CheckRouteOnRead(t, "/items/1", "GET /items/{id}", func(t *testing.T, l *core.Limiter, native func(*http.Request) (string, error)) func(*http.Request) (flow.Result, bool) {
+		var opts []Option
+		if native != nil {
+			opts = append(opts, WithKeyFunc(core.ScopeUser, native))
+		}
+		m, err := New(l, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := m.Handler(mux).(*handler)
+		return func(r *http.Request) (flow.Result, bool) {
+			var (
+				v   muxView
+				res flow.Result
+			)
+			v.request = request{r}
+			v.Begin(r, h.find)
+			m.engine.Check(&v, &res)
+			asked := v.Resolved()
+			v.Done()
+			return res, asked
+		}
 	})
-	for _, tc := range []struct {
-		name  string
-		rules []core.Rule
-		opts  []Option
-		asked bool
-		tiers int
-	}{
-		{"per-ip only", []core.Rule{perIP}, nil, false, 1},
-		{"an endpoint rule", []core.Rule{perIP, {Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lim}}, nil, true, 2},
-		{"a rule of the route", []core.Rule{perIP, {Name: "items", Scope: core.ScopeIP, Routes: []string{"/items/{id}"}, Limit: lim}}, nil, true, 2},
-		{"a native key function", []core.Rule{perIP, {Name: "per-user", Scope: core.ScopeUser, Limit: lim}}, []Option{native}, true, 2},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, err := New(flowtest.Limiter(t, tc.rules...), tc.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen = ""
-			r := httptest.NewRequest("GET", "/items/1", nil)
-			r.Pattern = "before"
-			v := &muxView{request: request{r}, mux: mux, came: r.Pattern}
-			var res flow.Result
-			m.engine.Check(v, &res)
-			if res.Outcome != flow.Proceed || res.Decision.NumTiers() != tc.tiers {
-				t.Fatalf("Check = %v with %d tiers (%v); want Proceed with %d", res.Outcome, res.Decision.NumTiers(), res.Err, tc.tiers)
-			}
-			if v.resolved != tc.asked {
-				t.Errorf("the mux asked: %v, want %v", v.resolved, tc.asked)
-			}
-			if tc.opts != nil && seen != "GET /items/{id}" {
-				t.Errorf("the key function read r.Pattern %q, want the mux's", seen)
-			}
-			v.done()
-			if r.Pattern != "before" {
-				t.Errorf("r.Pattern = %q after, want it as it came", r.Pattern)
-			}
-		})
-	}
 }

@@ -85,15 +85,23 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("nethttp: Handler: nil next handler")
 	}
-	mux, _ := next.(*http.ServeMux)
+	h := &handler{m: m, next: next}
+	if mux, ok := next.(*http.ServeMux); ok {
+		h.find = func(r *http.Request) (string, bool) {
+			_, p := mux.Handler(r)
+			return p, true
+		}
+	}
 	m.engine.HandlerMade()
-	return &handler{m: m, next: next, mux: mux}
+	return h
 }
 
 type handler struct {
 	m    *Middleware
 	next http.Handler
-	mux  *http.ServeMux // next, when it is a ServeMux: the route is resolved through it
+	// find asks next, when it is a ServeMux, for the pattern of a
+	// request's route; nil otherwise.
+	find func(*http.Request) (pattern string, known bool)
 }
 
 // ServeHTTP limits one request.
@@ -109,11 +117,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// see it after this one, a copy whose context records this
 	// middleware; otherwise r itself.
 	marked := m.engine.MarkRequest(r, prev)
-	if h.mux != nil {
+	if h.find != nil {
 		v := muxViews.Get().(*muxView)
-		v.r, v.mux, v.came = marked, h.mux, marked.Pattern
+		v.request = request{marked}
+		v.Begin(marked, h.find)
 		m.engine.Check(v, &res)
-		v.done()
+		v.Done()
+		v.request = request{}
 		muxViews.Put(v)
 	} else {
 		m.engine.Check(request{marked}, &res)

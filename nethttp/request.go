@@ -35,56 +35,31 @@ func (v request) Route() string { return flow.MuxRoute(v.r.Pattern) }
 // one, the route is unknown.
 func (v request) RouteKnown() bool { return v.r.Pattern != "" }
 
-// muxView is the view of a request in front of a ServeMux. The route is
-// the pattern the mux will match ("" when none does), which the view asks
-// the mux for (http.ServeMux.Handler, a second match of the request's
-// path) only when something reads it: the Engine does only for a policy
-// that needs the route, and a key, plan or skip function may. Until the
-// Engine is done with it, the request carries that pattern once asked
-// for, so that a function of the request itself (WithKeyFunc) reads it in
-// r.Pattern; the mux sets it again when it dispatches. The middleware
-// takes views from muxViews.
+// muxView is the view of a request in front of a ServeMux, whose route is
+// the pattern the mux will match ("" when none does), asked of the mux
+// (http.ServeMux.Handler, a second match of the path) only when something
+// reads it (see flow.RouteOnRead). The middleware takes views from
+// muxViews.
 type muxView struct {
 	request
-	mux      *http.ServeMux
-	came     string // the request's Pattern before
-	resolved bool   // r.Pattern is the mux's
+	flow.RouteOnRead
 }
 
 var muxViews = sync.Pool{New: func() any { return new(muxView) }}
 
 var _ flow.RouteReporter = (*muxView)(nil)
 
-// resolve sets the request's Pattern to the one the mux will match.
-func (v *muxView) resolve() {
-	if !v.resolved {
-		_, v.r.Pattern = v.mux.Handler(v.r)
-		v.resolved = true
-	}
-}
-
 // Route returns the route of the pattern the mux will match.
 func (v *muxView) Route() string {
-	v.resolve()
-	return flow.MuxRoute(v.r.Pattern)
+	p, _ := v.Pattern()
+	return flow.MuxRoute(p)
 }
 
 // RouteKnown reports true: the mux tells which route the request reaches.
 func (*muxView) RouteKnown() bool { return true }
 
 // Native returns the request, with the pattern the mux will match.
-func (v *muxView) Native() *http.Request {
-	v.resolve()
-	return v.r
-}
-
-// done gives the request its Pattern back and empties the view.
-func (v *muxView) done() {
-	if v.resolved {
-		v.r.Pattern = v.came
-	}
-	*v = muxView{}
-}
+func (v *muxView) Native() *http.Request { return v.Request() }
 
 // FullMethod returns "": this is HTTP.
 func (v request) FullMethod() string { return "" }

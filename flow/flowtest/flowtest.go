@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -216,4 +217,62 @@ func BenchHandler(b *testing.B, name string, h http.Handler, status int, request
 			}
 		})
 	})
+}
+
+// CheckRouteOnRead checks an adapter's view of a request whose route a
+// router finds when first read (flow.RouteOnRead), on a GET of path whose
+// route is "/items/{id}" and whose pattern, as the router spells it, is
+// pattern: the route is looked for only when something reads it (not for
+// a policy of one per-ip rule; for an endpoint rule, a rule of the route
+// and a key function of the *http.Request), what reads it gets it (that
+// key function finds pattern in r.Pattern), and the request has its own
+// Pattern back once the view is done. start builds the adapter's
+// middleware over l, with native as the user scope's key function when
+// not nil, and returns check, which checks a request through the view as
+// the middleware does and reports the Result and whether the route was
+// looked for, once the view is done.
+func CheckRouteOnRead(t *testing.T, path, pattern string, start func(t *testing.T, l *core.Limiter, native func(*http.Request) (string, error)) (check func(*http.Request) (flow.Result, bool))) {
+	t.Helper()
+	lim := core.TokenBucket(core.PerMinute(100), 100)
+	perIP := core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: lim}
+	var seen string
+	native := func(r *http.Request) (string, error) {
+		seen = r.Pattern
+		return "user-1", nil
+	}
+	for _, tc := range []struct {
+		name   string
+		rules  []core.Rule
+		native bool
+		asked  bool
+	}{
+		{"per-ip only", []core.Rule{perIP}, false, false},
+		{"an endpoint rule", []core.Rule{perIP, {Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lim}}, false, true},
+		{"a rule of the route", []core.Rule{perIP, {Name: "items", Scope: core.ScopeIP, Routes: []string{"/items/{id}"}, Limit: lim}}, false, true},
+		{"a key function of the request", []core.Rule{perIP, {Name: "per-user", Scope: core.ScopeUser, Limit: lim}}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fn func(*http.Request) (string, error)
+			if tc.native {
+				fn = native
+			}
+			check := start(t, Limiter(t, tc.rules...), fn)
+			seen = ""
+			r := httptest.NewRequest(http.MethodGet, path, nil)
+			r.Pattern = "before"
+			res, asked := check(r)
+			if res.Outcome != flow.Proceed || res.Decision.NumTiers() != len(tc.rules) {
+				t.Fatalf("Check = %v with %d tiers (%v); want Proceed with %d", res.Outcome, res.Decision.NumTiers(), res.Err, len(tc.rules))
+			}
+			if asked != tc.asked {
+				t.Errorf("the route looked for: %v, want %v", asked, tc.asked)
+			}
+			if tc.native && seen != pattern {
+				t.Errorf("the key function read r.Pattern %q, want %q", seen, pattern)
+			}
+			if r.Pattern != "before" {
+				t.Errorf("r.Pattern = %q after, want it as it came", r.Pattern)
+			}
+		})
+	}
 }
