@@ -77,9 +77,9 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 // handler, r.Mount("/admin", auth(admin)), is out of sight, of Find as of
 // the middleware: before it routes, the route is the mount's, "/admin/{*}".
 // It asks only when something reads the route (a rule limited to routes,
-// an endpoint rule, a When predicate, a key function given per route, or
-// a function of the service's that asks), sparing a search of the router
-// otherwise.
+// an endpoint rule, a When predicate, a key function given per route, the
+// limiter's observers, or a function of the service's that asks), sparing
+// a search of the router otherwise.
 // Outside chi (around a handler that is not a chi router, with no chi
 // routing context) the route is unknown, and a request to which a rule
 // that needs it could apply fails with flow.ErrRouteUnknown through the

@@ -1239,6 +1239,12 @@ func (l *Limiter) logFailure(ctx context.Context, d *Decision, err error) {
 		slog.Bool("denied", !d.Allowed), slog.String("error", failure.Error()))
 }
 
+// Observed reports whether l calls observers (WithObserver) with its
+// decisions. A middleware gives them each request's route
+// (Event.Request.Route), which it otherwise reads only when the policy
+// needs it.
+func (l *Limiter) Observed() bool { return l != nil && len(l.observer) > 0 }
+
 // Logger returns the throttled logger made from WithLogger's, nil (which
 // logs nothing) if none, so that middlewares built on l log where l does,
 // under the same throttle.

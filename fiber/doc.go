@@ -50,8 +50,9 @@
 // app.Get("/n/:id<int>", rl, h), where fiber has matched it. The route is
 // looked for only when something reads it: a rule limited to routes, an
 // endpoint rule, a rule with a When predicate, a key function given per
-// route, or a key, plan or skip function of the app's that asks; a policy
-// of none of these costs no search of the stack.
+// route, the limiter's observers (core.WithObserver), or a key, plan or
+// skip function of the app's that asks; without any of these, no search
+// of the stack is made.
 //
 // The same middleware installed twice on a request's way (app.Use and a
 // route) charges it once; a second middleware over the same limiter fails

@@ -51,7 +51,8 @@ type policyNeeds struct {
 	rule   string // "" for none
 	// route is whether deciding reads the request's route: a rule needs
 	// it (rule), has a When predicate (which may read core.Request.Route),
-	// or a key function is chosen by route.
+	// a key function is chosen by route, or an observer is given the
+	// request.
 	route bool
 	// keyed[i] is whether an enabled rule has e.keys[i]'s scope, or a When
 	// predicate, which may read any: the key functions of the other scopes
@@ -300,7 +301,9 @@ type Result struct {
 // Check reads r's route (Route, and RouteKnown for a RouteReporter) only
 // when the policy in force needs it: a rule limited to routes, an endpoint
 // rule keyed by the route, a rule with a When predicate (which sees
-// core.Request.Route), or a key function given per route (WithRouteKey).
+// core.Request.Route), or a key function given per route (WithRouteKey);
+// or when the limiter has observers (core.WithObserver), whose events
+// carry the request.
 // Otherwise core.Request.Route stays "", and a view whose route costs a
 // router's match to find (nethttp around a ServeMux, chi before routing,
 // fiber under app.Use) finds it only if a key, plan, cost or skip function
@@ -472,7 +475,8 @@ func (e *Engine) needs() *policyNeeds {
 			n.route = n.route || n.keyed[i] && rk.sel.Route() != ""
 		}
 	}
-	n.route = n.route || n.rule != ""
+	// An observer may read the route of the request it is given.
+	n.route = n.route || n.rule != "" || e.limiter.Observed()
 	e.need.Store(n)
 	return n
 }

@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/bucketry/ratelimit/core"
@@ -41,29 +42,36 @@ func TestRouteReadWhenNeeded(t *testing.T) {
 		route     string
 		wantTiers int
 		wantReads bool
+		observe   bool // the limiter has an observer, which gets the request
 	}{
-		{"one per-ip rule", []core.Rule{perIP}, nil, "/items/{id}", 1, false},
+		{"one per-ip rule", []core.Rule{perIP}, nil, "/items/{id}", 1, false, false},
 		{"a rule of routes, on one", []core.Rule{perIP, {Name: "search", Scope: core.ScopeIP, Routes: []string{"GET /search"}, Limit: lim}},
-			nil, "/search", 2, true},
+			nil, "/search", 2, true, false},
 		{"a rule of routes, on another", []core.Rule{perIP, {Name: "search", Scope: core.ScopeIP, Routes: []string{"GET /search"}, Limit: lim}},
-			nil, "/items/{id}", 1, true},
+			nil, "/items/{id}", 1, true, false},
 		{"a rule of methods", []core.Rule{perIP, {Name: "writes", Scope: core.ScopeIP, Routes: []string{"POST"}, Limit: lim}},
-			nil, "/items/{id}", 1, false},
+			nil, "/items/{id}", 1, false, false},
 		{"a When predicate on the route", []core.Rule{perIP, {Name: "items", Scope: core.ScopeIP, Limit: lim,
 			When: func(r *core.Request) bool { return r.Route == "/items/{id}" }}},
-			nil, "/items/{id}", 2, true},
+			nil, "/items/{id}", 2, true, false},
 		// The user tier applies but where the route's key function
 		// declines it.
 		{"a key function by route", []core.Rule{perIP, {Name: "per-user", Scope: core.ScopeUser, Limit: lim}},
-			[]flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithRouteKey("/search", core.ScopeUser, none)}, "/search", 1, true},
+			[]flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithRouteKey("/search", core.ScopeUser, none)}, "/search", 1, true, false},
 		{"a key function by route, on another", []core.Rule{perIP, {Name: "per-user", Scope: core.ScopeUser, Limit: lim}},
-			[]flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithRouteKey("/search", core.ScopeUser, none)}, "/items/{id}", 2, true},
+			[]flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithRouteKey("/search", core.ScopeUser, none)}, "/items/{id}", 2, true, false},
 		{"the endpoint by route", []core.Rule{perIP, {Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lim}},
-			nil, "/items/{id}", 2, true},
+			nil, "/items/{id}", 2, true, false},
+		{"an observer", []core.Rule{perIP}, nil, "/items/{id}", 1, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := flow.New(flowtest.Limiter(t, tc.rules...), "test", nil, append([]flow.Option{ip}, tc.opts...)...)
+			observed := "unset"
+			var copts []core.Option
+			if tc.observe {
+				copts = append(copts, core.WithObserver(func(_ context.Context, ev *core.Event) { observed = ev.Request.Route }))
+			}
+			e, err := flow.New(flowtest.LimiterWith(t, copts, tc.rules...), "test", nil, append([]flow.Option{ip}, tc.opts...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,6 +86,9 @@ func TestRouteReadWhenNeeded(t *testing.T) {
 			}
 			if (v.reads > 0) != tc.wantReads {
 				t.Errorf("the route was read %d times; want reads: %v", v.reads, tc.wantReads)
+			}
+			if tc.observe && observed != tc.route {
+				t.Errorf("the observer got the route %q, want %q", observed, tc.route)
 			}
 		})
 	}

@@ -63,9 +63,10 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 // (http.ServeMux.Handler) before the mux dispatches it, and limits
 // stricter routes with rules limited to them. It asks only when something
 // reads the route (a rule limited to routes, an endpoint rule, a When
-// predicate, a key function given per route, or a function of the
-// service's that asks), sparing a second match of the path otherwise. Wrapping each route's
-// handler, mux.Handle("GET /items/{id}", m.Handler(h)), works too: the
+// predicate, a key function given per route, the limiter's observers, or
+// a function of the service's that asks), sparing a second match of the
+// path otherwise. Wrapping each route's handler,
+// mux.Handle("GET /items/{id}", m.Handler(h)), works too: the
 // mux has set the pattern by then. Around any other handler the route is
 // unknown, and a request to which a rule that needs it could apply fails
 // with flow.ErrRouteUnknown through the error handler, rather than
