@@ -218,11 +218,17 @@ func TestZeroLimiter(t *testing.T) {
 			}
 			return nil
 		},
+		"Observed": func(l *Limiter) error {
+			if l.Observed() {
+				return errors.New("Observed() = true, want false")
+			}
+			return nil
+		},
 		"Inspect":      func(l *Limiter) error { _, err := l.Inspect(ctx, req); return err },
 		"Reset":        func(l *Limiter) error { return l.Reset(ctx, req) },
 		"ReturnLeases": func(l *Limiter) error { return l.ReturnLeases(ctx) },
 	}
-	noError := map[string]bool{"Policy": true, "Logger": true}
+	noError := map[string]bool{"Policy": true, "Logger": true, "Observed": true}
 	checkCovered(t, &Limiter{}, calls)
 	for _, lim := range []struct {
 		name string
