@@ -463,7 +463,7 @@ func (f *HeaderFormat) Headers(d *Decision, set func(name, value string)) {
 // long names under TiersAll), when the overflowing ones are copied to the
 // heap. A nil or zero f leaves v empty.
 func (v *HeaderValues) Format(f *HeaderFormat, d *Decision) {
-	v.n, v.used = 0, 0
+	v.n, v.used, v.consts = 0, 0, 0
 	if f == nil {
 		return
 	}
@@ -529,6 +529,7 @@ type HeaderValues struct {
 	cst        [numHeaders]*constValue
 	start, end [numHeaders]uint16
 	used       int
+	consts     int // how many values are in cst
 	buf        [headerValuesBuf]byte
 }
 
@@ -599,6 +600,7 @@ func (v *HeaderValues) commit(h HeaderField, b []byte) {
 		// slice of v.buf: keeping it would move every HeaderValues to the
 		// heap.
 		v.cst[i] = newConstValue(b)
+		v.consts++
 		v.start[i], v.end[i] = uint16(start), uint16(start)
 		return
 	}
@@ -622,6 +624,7 @@ func (v *HeaderValues) constant(h HeaderField, c *constValue) {
 	v.n++
 	v.field[i] = h
 	v.cst[i] = c
+	v.consts++
 	v.start[i], v.end[i] = uint16(v.used), uint16(v.used)
 }
 
@@ -637,12 +640,7 @@ func (v *HeaderValues) constant(h HeaderField, c *constValue) {
 // bytes, and the slices of their entries, each capped at length 1 so that
 // appending to one cannot clobber the next.
 func (v *HeaderValues) SetHeader(h map[string][]string, names *[NumHeaderFields]string) {
-	dyn := 0
-	for i := range v.n {
-		if v.cst[i] == nil {
-			dyn++
-		}
-	}
+	dyn := v.n - v.consts
 	var (
 		all     string
 		backing []string
@@ -772,6 +770,17 @@ type ruleText struct {
 // textKey identifies the tiers a response reports: their rules, in order.
 type textKey [inlineTiers]*Rule
 
+// same reports whether k and o are equal, comparing the pointers one by
+// one, which costs less than the call to compare their memory that k == o
+// makes.
+func (k *textKey) same(o *textKey) bool {
+	return k[0] == o[0] && k[1] == o[1] && k[2] == o[2] && k[3] == o[3]
+}
+
+// same compares four pointers: this does not compile for another
+// inlineTiers.
+const _ = uint(inlineTiers-4) + uint(4-inlineTiers)
+
 // maxTexts bounds a textCache: a policy replaced at run time (SetPolicy)
 // brings new rules, and the cache starts afresh rather than keep the old
 // ones forever.
@@ -810,7 +819,7 @@ func (c *textCache) get(tiers []TierState) *ruleText {
 	// Most services have one policy and few rule sets: the last one found
 	// is usually the one, and comparing four pointers is cheaper than
 	// hashing them.
-	if e := c.last.Load(); e != nil && e.key == k {
+	if e := c.last.Load(); e != nil && e.key.same(&k) {
 		return e.text
 	}
 	if m := c.m.Load(); m != nil {
