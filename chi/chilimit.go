@@ -160,17 +160,26 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the route the request reaches; next gets the Pattern the request
 	// came with, which chi sets when it routes.
 	marked := m.engine.MarkRequest(r, prev)
-	v := views.Get().(*lazyView)
-	v.request = request{marked}
-	v.Begin(marked, h.find)
-	m.engine.Check(v, &res)
-	v.Done()
-	v.request = request{}
-	views.Put(v)
+	h.checkOnRead(marked, &res)
 	h.answer(w, r, &res, marked)
 }
 
 // answer acts on res: next gets marked, handlers r.
 func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Result, marked *http.Request) {
 	h.m.engine.AnswerHTTP(w, r, res, h.next, marked, h.m.deny, h.m.onError)
+}
+
+// checkOnRead checks marked into res through a view from views, whose
+// route h.find looks for only when something reads it, and reports
+// whether it did.
+func (h *handler) checkOnRead(marked *http.Request, res *flow.Result) (looked bool) {
+	v := views.Get().(*lazyView)
+	v.request = request{marked}
+	v.Begin(marked, h.find)
+	h.m.engine.Check(v, res)
+	looked = v.Resolved()
+	v.Done()
+	v.request = request{}
+	views.Put(v)
+	return looked
 }

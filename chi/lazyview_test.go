@@ -28,16 +28,9 @@ func TestLazyViewResolvesWhenRead(t *testing.T) {
 		}
 		h := m.Handler(router).(routerHandler)
 		return func(r *http.Request) (flow.Result, bool) {
-			var (
-				v   lazyView
-				res flow.Result
-			)
-			v.request = request{r}
-			v.Begin(r, h.find)
-			m.engine.Check(&v, &res)
-			asked := v.Resolved()
-			v.Done()
-			return res, asked
+			var res flow.Result
+			looked := h.checkOnRead(r, &res)
+			return res, looked
 		}
 	})
 }

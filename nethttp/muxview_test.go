@@ -26,16 +26,9 @@ func TestMuxViewAsksWhenRead(t *testing.T) {
 		}
 		h := m.Handler(mux).(*handler)
 		return func(r *http.Request) (flow.Result, bool) {
-			var (
-				v   muxView
-				res flow.Result
-			)
-			v.request = request{r}
-			v.Begin(r, h.find)
-			m.engine.Check(&v, &res)
-			asked := v.Resolved()
-			v.Done()
-			return res, asked
+			var res flow.Result
+			looked := h.checkOnRead(r, &res)
+			return res, looked
 		}
 	})
 }

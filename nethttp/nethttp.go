@@ -119,13 +119,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// middleware; otherwise r itself.
 	marked := m.engine.MarkRequest(r, prev)
 	if h.find != nil {
-		v := muxViews.Get().(*muxView)
-		v.request = request{marked}
-		v.Begin(marked, h.find)
-		m.engine.Check(v, &res)
-		v.Done()
-		v.request = request{}
-		muxViews.Put(v)
+		h.checkOnRead(marked, &res)
 	} else {
 		m.engine.Check(request{marked}, &res)
 	}
@@ -135,4 +129,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answer acts on res: next gets marked, handlers r.
 func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Result, marked *http.Request) {
 	h.m.engine.AnswerHTTP(w, r, res, h.next, marked, h.m.deny, h.m.onError)
+}
+
+// checkOnRead checks marked into res through a view from muxViews, whose
+// route h.find looks for only when something reads it, and reports
+// whether it did.
+func (h *handler) checkOnRead(marked *http.Request, res *flow.Result) (looked bool) {
+	v := muxViews.Get().(*muxView)
+	v.request = request{marked}
+	v.Begin(marked, h.find)
+	h.m.engine.Check(v, res)
+	looked = v.Resolved()
+	v.Done()
+	v.request = request{}
+	muxViews.Put(v)
+	return looked
 }
