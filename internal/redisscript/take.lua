@@ -105,14 +105,14 @@
 local function fast()
   -- Its own names for what it uses: capturing none of the chunk's locals,
   -- it has no upvalue to make and close.
+  local E9, TWO53 = 1000000000, 9007199254740992
+  local pack, sunpack, fmod = struct.pack, struct.unpack, math.fmod
+  local byte, rep, concat, format = string.byte, string.rep, table.concat, string.format
   -- Remainders: for integers a >= 0 and b >= 1 with a + b below 2^53,
   -- Lua's a % b, a - floor(a / b) * b, is a mod b or, when a / b rounded
   -- up to the next integer, that minus b; either is exact, and the one
   -- correction makes it a mod b. An operator costs less than a call of
   -- math.fmod.
-  local E9, TWO53 = 1000000000, 9007199254740992
-  local pack, sunpack, fmod = struct.pack, struct.unpack, math.fmod
-  local byte, rep, concat, format = string.byte, string.rep, table.concat, string.format
   local blob = ARGV[1]
   local size = #blob
   if size < 25 then return nil end
@@ -188,8 +188,8 @@ local function fast()
     -- debt, and once one is denied every later one is, nothing having
     -- changed. A request at debt raw passes a bucket while raw <= tau -
     -- need (+ max wait when shaping), so the first margin / need + 1
-    -- pass, margin the room at the run's start (exact: see the
-    -- remainders below). Each bucket's record is the
+    -- pass, margin the room at the run's start (exact: see Remainders
+    -- at the top of fast). Each bucket's record is the
     -- code 3, its debt at the run's start and the number admitted; the
     -- client derives every request's state from them
     -- (redisscript.Builder).
