@@ -35,9 +35,13 @@ var (
 // has not returned before in this test binary; with offsets, port+offset
 // must be a valid port, free and never returned too, for each offset (a
 // Redis Cluster node, whose bus port is port+10000, asks for
-// FreePort(10000)). Those ports count as returned as well. Another process
-// may still take them before the server binds: see [TryPorts]. It is safe
-// for concurrent use.
+// FreePort(10000)). Those ports count as returned as well. Free means
+// that [HoldPort] could bind it too: not a port whose earlier owner, in
+// another test binary, closed connections first and left them in
+// TIME_WAIT, which a server (binding with SO_REUSEADDR) may take but a
+// hold cannot, so that the port of the server killed there would be left
+// free. Another process may still take them before the server binds: see
+// [TryPorts]. It is safe for concurrent use.
 func FreePort(offsets ...int) (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
@@ -48,7 +52,8 @@ func FreePort(offsets ...int) (int, error) {
 			return 0, fmt.Errorf("proctest: no free port on 127.0.0.1: %w", err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		ok := !portsTaken[port]
+		l.Close()
+		ok := !portsTaken[port] && holdable(port)
 		for _, off := range offsets {
 			if !ok {
 				break
@@ -60,9 +65,9 @@ func FreePort(offsets ...int) (int, error) {
 				ok, lastErr = false, err
 			} else {
 				ol.Close()
+				ok = holdable(other)
 			}
 		}
-		l.Close()
 		if ok {
 			portsTaken[port] = true
 			for _, off := range offsets {
@@ -75,6 +80,16 @@ func FreePort(offsets ...int) (int, error) {
 		return 0, errors.New("proctest: no free port on 127.0.0.1 after 200 tries")
 	}
 	return 0, fmt.Errorf("proctest: no free port on 127.0.0.1 with port+%v free too after 200 tries: %v", offsets, lastErr)
+}
+
+// holdable reports whether [HoldPort] can bind port now.
+func holdable(port int) bool {
+	release, err := holdPort(port)
+	if err != nil {
+		return false
+	}
+	release()
+	return true
 }
 
 // TryPorts calls start with a port from pick (usually a closure over
