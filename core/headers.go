@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -704,16 +703,16 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 			if text != nil && d.Limit == tiers[deciding].limit().Burst() {
 				v.constant(FieldLimit, &text.limit[deciding])
 			} else {
-				v.commit(FieldLimit, strconv.AppendInt(v.spare(), d.Limit, 10))
+				v.commit(FieldLimit, appendDecimal(v.spare(), d.Limit))
 			}
-			v.commit(FieldRemaining, strconv.AppendInt(v.spare(), d.Remaining, 10))
+			v.commit(FieldRemaining, appendDecimal(v.spare(), d.Remaining))
 			if d.Remaining == sfInt(d.Remaining) && d.Remaining == tiers[deciding].Remaining {
 				remaining = v.last()
 			}
 			if f.reset == ResetDelta {
-				v.commit(FieldReset, strconv.AppendInt(v.spare(), ceilSeconds(d.ResetAfter), 10))
+				v.commit(FieldReset, appendDecimal(v.spare(), ceilSeconds(d.ResetAfter)))
 			} else {
-				v.commit(FieldReset, strconv.AppendInt(v.spare(), ceilUnix(now.Add(d.ResetAfter)), 10))
+				v.commit(FieldReset, appendDecimal(v.spare(), ceilUnix(now.Add(d.ResetAfter))))
 			}
 		}
 		if f.on[FieldPolicy] {
@@ -739,7 +738,7 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 		}
 	}
 	if retry >= 0 && f.on[FieldRetryAfter] {
-		v.commit(FieldRetryAfter, strconv.AppendInt(v.spare(), retry, 10))
+		v.commit(FieldRetryAfter, appendDecimal(v.spare(), retry))
 	}
 	if !d.Allowed && f.on[FieldCacheControl] {
 		v.constant(FieldCacheControl, noStore)
@@ -851,7 +850,7 @@ func (c *textCache) get(tiers []TierState) *ruleText {
 func newRuleText(tiers []TierState) *ruleText {
 	t := &ruleText{policy: *newConstValue(appendPolicy(nil, tiers))}
 	for i := range tiers {
-		t.limit[i] = *newConstValue(strconv.AppendInt(nil, tiers[i].limit().Burst(), 10))
+		t.limit[i] = *newConstValue(appendDecimal(nil, tiers[i].limit().Burst()))
 		t.item[i] = appendItemStart(nil, tiers[i].Rule.Name)
 	}
 	return t
@@ -938,19 +937,19 @@ func appendDetail(dst []byte, d *Decision) []byte {
 	dst = append(dst, ") denied the request: "...)
 	if d.Reason == ReasonCostExceedsLimit {
 		dst = append(dst, "its cost is above the limit of "...)
-		dst = strconv.AppendInt(dst, d.Limit, 10)
+		dst = appendDecimal(dst, d.Limit)
 		return append(dst, ` and can never pass."`...)
 	}
-	dst = strconv.AppendInt(dst, d.Remaining, 10)
+	dst = appendDecimal(dst, d.Remaining)
 	dst = append(dst, " of "...)
-	dst = strconv.AppendInt(dst, d.Limit, 10)
+	dst = appendDecimal(dst, d.Limit)
 	dst = append(dst, " left; retry after "...)
 	dst = appendSeconds(dst, retrySeconds(d.RetryAfter))
 	return append(dst, `."`...)
 }
 
 func appendSeconds(dst []byte, n int64) []byte {
-	dst = strconv.AppendInt(dst, n, 10)
+	dst = appendDecimal(dst, n)
 	if n == 1 {
 		return append(dst, " second"...)
 	}
@@ -962,12 +961,12 @@ func appendSeconds(dst []byte, n int64) []byte {
 func appendPolicyItem(dst []byte, t *TierState) []byte {
 	dst = appendSFString(dst, t.Rule.Name)
 	dst = append(dst, ";q="...)
-	dst = strconv.AppendInt(dst, sfInt(t.limit().Burst()), 10)
+	dst = appendDecimal(dst, sfInt(t.limit().Burst()))
 	// w must be a positive integer (draft section 3.1.3); it is optional,
 	// so a limit without a window (never one a Policy holds) omits it.
 	if w := ceilSeconds(t.limit().Window()); w > 0 {
 		dst = append(dst, ";w="...)
-		dst = strconv.AppendInt(dst, sfInt(w), 10)
+		dst = appendDecimal(dst, sfInt(w))
 	}
 	return dst
 }
@@ -985,7 +984,7 @@ func appendServiceItem(dst []byte, text *ruleText, i int, t *TierState, retry in
 	if remaining != nil {
 		dst = append(dst, remaining...)
 	} else {
-		dst = strconv.AppendInt(dst, sfInt(t.Remaining), 10)
+		dst = appendDecimal(dst, sfInt(t.Remaining))
 	}
 	var secs int64
 	if t.Reason == ReasonLimited {
@@ -999,7 +998,7 @@ func appendServiceItem(dst []byte, text *ruleText, i int, t *TierState, retry in
 		secs = retry
 	}
 	dst = append(dst, ";t="...)
-	return strconv.AppendInt(dst, sfInt(secs), 10)
+	return appendDecimal(dst, sfInt(secs))
 }
 
 // appendItemStart appends a service limit item's start: "name";r=
