@@ -2,9 +2,11 @@ package core
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Store holds bucket state. Implementations must be safe for concurrent use
@@ -72,12 +74,36 @@ func validKey(key string) bool {
 	if key == "" || len(key) > MaxKeyLen {
 		return false
 	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x20 || c == 0x7f {
+	b := unsafe.Slice(unsafe.StringData(key), len(key)) // read only
+	if len(b) < 8 {
+		for _, c := range b {
+			if c < 0x20 || c == 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	// Eight bytes at a time, the last eight overlapping the word before.
+	for i := 0; i < len(b)-8; i += 8 {
+		if hasControl(binary.LittleEndian.Uint64(b[i:])) {
 			return false
 		}
 	}
-	return true
+	return !hasControl(binary.LittleEndian.Uint64(b[len(b)-8:]))
+}
+
+// hasControl reports whether one of the eight bytes of x is an ASCII
+// control character, below 0x20 or 0x7f, eight at a time: a byte below
+// 0x20 leaves its high bit set in x-0x20 (a borrow from a lower byte can
+// set more, but only when a lower byte is itself below 0x20), where it was
+// clear in x; a byte equal to 0x7f is one that is zero in x^0x7f, found
+// the same way. The result is exact for the word as a whole.
+func hasControl(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	below := (x - 0x20*ones) &^ x & highs
+	y := x ^ 0x7f*ones
+	del := (y - ones) &^ y & highs
+	return below|del != 0
 }
 
 // validCost reports whether cost is between 0 and MaxCost.
