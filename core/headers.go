@@ -550,15 +550,18 @@ func newConstValue(b []byte) *constValue {
 func (v *HeaderValues) Len() int { return v.n }
 
 // Field returns which field the i-th is; HeaderField.Name spells it.
-func (v *HeaderValues) Field(i int) HeaderField { return v.field[v.check(i)] }
+func (v *HeaderValues) Field(i int) HeaderField {
+	// Indexing the fields held, v's first Len(), panics for any other i
+	// and keeps Field, Bytes and Constant small enough to be inlined.
+	return v.field[:v.n][i]
+}
 
 // Bytes returns the i-th value. The slice aliases v, or a constant the
 // HeaderFormat keeps: it is valid until v is formatted again, and must not
 // be modified. Adapters whose framework copies header values (fasthttp)
 // pass it on as it is.
 func (v *HeaderValues) Bytes(i int) []byte {
-	i = v.check(i)
-	if c := v.cst[i]; c != nil {
+	if c := v.cst[:v.n][i]; c != nil {
 		return c.b
 	}
 	return v.buf[v.start[i]:v.end[i]]
@@ -568,18 +571,10 @@ func (v *HeaderValues) Bytes(i int) []byte {
 // valid forever (the limit, the policy, "no-store"), which an adapter may
 // keep without copying; "" and false for a value that lives in v.
 func (v *HeaderValues) Constant(i int) (string, bool) {
-	i = v.check(i)
-	if c := v.cst[i]; c != nil {
+	if c := v.cst[:v.n][i]; c != nil {
 		return c.s, true
 	}
 	return "", false
-}
-
-func (v *HeaderValues) check(i int) int {
-	if i < 0 || i >= v.n {
-		panic(fmt.Sprintf("ratelimit: HeaderValues: field %d of %d", i, v.n))
-	}
-	return i
 }
 
 // spare returns the unused part of v's buffer, for the next value to be

@@ -1412,12 +1412,21 @@ func TestHeaderValues(t *testing.T) {
 	t.Run("out of range", func(t *testing.T) {
 		var v HeaderValues
 		v.Format(newHdrFormat(t), &allowed)
-		defer func() {
-			if recover() == nil {
-				t.Error("Bytes(Len()) did not panic")
-			}
-		}()
-		v.Bytes(v.Len())
+		panics := func(name string, i int, f func(int)) {
+			t.Helper()
+			defer func() {
+				t.Helper()
+				if recover() == nil {
+					t.Errorf("%s(%d) of %d fields did not panic", name, i, v.Len())
+				}
+			}()
+			f(i)
+		}
+		for _, i := range []int{-1, v.Len(), NumHeaderFields} {
+			panics("Field", i, func(i int) { v.Field(i) })
+			panics("Bytes", i, func(i int) { v.Bytes(i) })
+			panics("Constant", i, func(i int) { v.Constant(i) })
+		}
 	})
 }
 
