@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -65,23 +66,24 @@ func (v request) Method() string {
 	}
 }
 
-// useField is the index of fiber.Route's unexported "use" field, which
-// marks the routes that Use registers, or -1 if this fiber has no such
-// field. fiber exports nothing else that tells a Use route from a route:
-// Use routes get the Method of each method's stack, and a Path that is
-// only a prefix. Reading the field with reflect costs a few nanoseconds
-// and no allocation; TestUseRoute fails if a fiber release drops it.
-var useField = func() int {
+// useOffset is the offset in fiber.Route of its unexported "use" field,
+// which marks the routes that Use registers, or ^uintptr(0) if this fiber
+// has no such field. fiber exports nothing else that tells a Use route from a
+// route: Use routes get the Method of each method's stack, and a Path that
+// is only a prefix. The field is found once, with reflect, and read at its
+// offset, which costs a load; TestUseRoute fails if a fiber release drops
+// it.
+var useOffset = func() uintptr {
 	f, ok := reflect.TypeFor[fiber.Route]().FieldByName("use")
 	if !ok || f.Type.Kind() != reflect.Bool || len(f.Index) != 1 {
-		return -1
+		return ^uintptr(0)
 	}
-	return f.Index[0]
+	return f.Offset
 }()
 
 // isUse says whether rt was registered by Use.
 func isUse(rt *fiber.Route) bool {
-	return useField >= 0 && reflect.ValueOf(rt).Elem().Field(useField).Bool()
+	return rt != nil && useOffset != ^uintptr(0) && *(*bool)(unsafe.Add(unsafe.Pointer(rt), useOffset))
 }
 
 // Route returns the route of the fiber route that matched, in the shared
