@@ -70,20 +70,27 @@ func CheckKey(key string) error {
 }
 
 // validKey reports whether CheckKey accepts key, without making its error.
+// It is small enough to be inlined for the short keys it checks byte by
+// byte; keys of eight bytes or more go to validWords.
 func validKey(key string) bool {
-	if key == "" || len(key) > MaxKeyLen {
-		return false
+	if uint(len(key)-1) >= MaxKeyLen {
+		return false // empty, or too long
 	}
-	b := unsafe.Slice(unsafe.StringData(key), len(key)) // read only
-	if len(b) < 8 {
-		for _, c := range b {
-			if c < 0x20 || c == 0x7f {
-				return false
-			}
+	if len(key) >= 8 {
+		return validWords(key)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c == 0x7f {
+			return false
 		}
-		return true
 	}
-	// Eight bytes at a time, the last eight overlapping the word before.
+	return true
+}
+
+// validWords is validKey's check of the bytes of a key of at least eight,
+// eight bytes at a time, the last eight overlapping the word before.
+func validWords(key string) bool {
+	b := unsafe.Slice(unsafe.StringData(key), len(key)) // read only
 	for i := 0; i < len(b)-8; i += 8 {
 		if hasControl(binary.LittleEndian.Uint64(b[i:])) {
 			return false
