@@ -618,8 +618,13 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, req *Request, n int
 		}
 	}
 	p := l.policy.Load()
-	if p.single() && !l.shadow && l.memory != nil {
-		return l.decideOne(p, now, req, n, d)
+	if l.memory != nil && !l.shadow && p.plain && !p.leased && !p.shadow {
+		if len(p.rules) == 1 {
+			return l.decideOne(p, now, req, n, d)
+		}
+		if done, err := l.decidePlain(p, now, req, n, d); done {
+			return err
+		}
 	}
 	// The tiers live on this stack frame, up to maxInlineTiers; the
 	// memory store takes them as they are, so a decision allocates nothing.
@@ -672,6 +677,55 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 	d.Cost, d.At = n, time.Unix(0, at)
 	d.Degraded, d.Err, d.ShadowDenied = false, nil, false
 	return nil
+}
+
+// decidePlain is decideOn for a plain policy of several rules (see
+// decideOne) on the memory store, into d, the zero Decision, when each
+// bucket that applies is a token bucket or shaping entry that exists
+// under its rule's limit, or only one applies: the same decision, without
+// the Buckets and the layers of the general path. It reports false,
+// having changed nothing, for the other cases (a bucket to create, a
+// window), which decideOn decides.
+func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d *Decision) (bool, error) {
+	if len(p.rules) > maxInlineTiers {
+		return false, nil
+	}
+	var (
+		ids    [maxInlineTiers]string
+		rules  [maxInlineTiers]*Rule
+		states [maxInlineTiers]BucketState
+	)
+	k := 0
+	for i := range p.rules {
+		id, err := p.plainIdentity(i, req)
+		if err != nil {
+			return true, err
+		}
+		if id != "" {
+			ids[k], rules[k] = id, &p.rules[i]
+			k++
+		}
+	}
+	var at int64
+	switch {
+	case k == 0:
+		d.Allowed, d.Cost = true, n
+		return true, nil
+	case k == 1:
+		at = l.memory.takeRule(rules[0], ids[0], &rules[0].Limit, &states[0], now, n)
+	default:
+		if now.IsZero() {
+			at = l.memory.now()
+		} else {
+			at = now.UnixNano()
+		}
+		if !l.memory.takePlain(rules[:k], ids[:k], states[:k], at, n) {
+			return false, nil
+		}
+	}
+	d.fill(states[:k], rules[:k], nil, false)
+	d.Cost, d.At = n, time.Unix(0, at)
+	return true, nil
 }
 
 // decideOn is decide with p, and room for the tiers in buckets, states and
@@ -1464,10 +1518,18 @@ func (d *Decision) setRec(i int, rule *Rule, limit *Limit, st *BucketState, shad
 	t.remaining, t.resetAfter, t.wait = st.Remaining, int64(st.ResetAfter), int64(wait)
 }
 
+// fill sets d, the zero Decision, from the states of the tiers of rules,
+// under the limits of buckets, or with buckets nil their rules' own.
 func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, shadow bool) {
 	n := len(states)
+	limit := func(i int) *Limit {
+		if buckets == nil {
+			return &rules[i].Limit
+		}
+		return buckets[i].Limit
+	}
 	if n == 1 {
-		d.fillOne(rules[0], buckets[0].Limit, &states[0], shadow || rules[0].Shadow)
+		d.fillOne(rules[0], limit(0), &states[0], shadow || rules[0].Shadow)
 		return
 	}
 	d.setTiers(n)
@@ -1479,9 +1541,9 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 	for i := range states {
 		st := &states[i]
 		if d.more != nil {
-			d.more[i] = TierState{Rule: rules[i], Limit: buckets[i].Limit, BucketState: *st, Shadow: shadow || rules[i].Shadow}
+			d.more[i] = TierState{Rule: rules[i], Limit: limit(i), BucketState: *st, Shadow: shadow || rules[i].Shadow}
 		} else {
-			d.setRec(i, rules[i], buckets[i].Limit, st, shadow || rules[i].Shadow)
+			d.setRec(i, rules[i], limit(i), st, shadow || rules[i].Shadow)
 		}
 		if best < 0 || decides(st, &states[best], allowed) {
 			best = i
@@ -1494,7 +1556,7 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 	r := rules[best]
 	d.Allowed = allowed
 	d.Reason = b.Reason
-	d.Limit = buckets[best].Limit.burst
+	d.Limit = limit(best).burst
 	d.Remaining = b.Remaining
 	d.ResetAfter = b.ResetAfter
 	d.RetryAfter = b.RetryAfter

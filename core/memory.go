@@ -409,34 +409,30 @@ func (s *MemoryStore) takeRules(rules []*Rule, buckets []Bucket, states []Bucket
 
 // takeFastMany is takeLocked for the common case of several token bucket or
 // shaping limits, at most maxInlineTiers, each on an existing entry written
-// under the same limit: it finds them without a lock, locks them by
-// compare-and-swap in the order of their addresses, decides each on its TAT
-// and writes the new TATs only if all allow. It reports false, having
-// changed nothing, for every other case (a bucket to create or replace, a
-// window or log, an entry dropped meanwhile), which takeLocked decides.
-// rules, when not nil, are the policy rules of the buckets, as for
-// takeLocked.
+// under the same limit: it finds them without a lock and decides them with
+// decideHeld. It reports false, having changed nothing, for every other case
+// (a bucket to create or replace, a window or log, an entry dropped
+// meanwhile), which takeLocked decides. rules, when not nil, are the policy
+// rules of the buckets, as for takeLocked.
 func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []BucketState, now, cost int64) bool {
 	n := len(buckets)
 	if n > maxInlineTiers {
 		return false
 	}
 	var (
-		ents  [maxInlineTiers]*entry
-		words [maxInlineTiers]int64
-		tats  [maxInlineTiers]int64
-		order [maxInlineTiers]int
+		ents [maxInlineTiers]*entry
+		lims [maxInlineTiers]*Limit
 	)
 	for i := range buckets {
 		b := &buckets[i]
-		l := b.Limit
-		if !l.isBucket() {
-			return false
-		}
 		var rt *ruleTable
 		if rules != nil {
 			rt = s.tableFor(rules[i])
 		} else if rt = s.table(b.Rule, false); rt == nil {
+			return false
+		}
+		l := b.Limit
+		if !l.isBucket() {
 			return false
 		}
 		h := maphash.String(s.seed, b.Key)
@@ -444,14 +440,55 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 		if e == nil || e.shape != shapeOf(l) {
 			return false
 		}
-		ents[i] = e
+		ents[i], lims[i] = e, l
 	}
-	if !lockInOrder(ents[:n], words[:n], order[:n]) {
+	return decideHeld(ents[:n], lims[:n], states, now, cost)
+}
+
+// takePlain is takeFastMany for the buckets of rules, policy rules of a
+// plain policy, under their own limits, keyed by ids: the Limiter's path
+// for such a policy of several tiers, which needs no Bucket made.
+func (s *MemoryStore) takePlain(rules []*Rule, ids []string, states []BucketState, now, cost int64) bool {
+	n := len(rules)
+	if n > maxInlineTiers {
+		return false
+	}
+	var (
+		ents [maxInlineTiers]*entry
+		lims [maxInlineTiers]*Limit
+	)
+	for i, r := range rules {
+		l := &r.Limit
+		if !l.isBucket() {
+			return false
+		}
+		h := maphash.String(s.seed, ids[i])
+		e := s.tableFor(r).shard(h).tab.Load().find(h, ids[i])
+		if e == nil || e.shape != shapeOf(l) {
+			return false
+		}
+		ents[i], lims[i] = e, l
+	}
+	return decideHeld(ents[:n], lims[:n], states, now, cost)
+}
+
+// decideHeld decides a request of cost on ents, token bucket or shaping
+// entries written under lims, at most maxInlineTiers: it locks them by
+// compare-and-swap in the order of their addresses, decides each on its
+// TAT into states and writes the new TATs only if all allow. It reports
+// false, having changed nothing, if an entry was dropped meanwhile.
+func decideHeld(ents []*entry, lims []*Limit, states []BucketState, now, cost int64) bool {
+	var (
+		words [maxInlineTiers]int64
+		tats  [maxInlineTiers]int64
+		order [maxInlineTiers]int
+	)
+	n := len(ents)
+	if !lockInOrder(ents, words[:n], order[:n]) {
 		return false // takeLocked looks the keys up again
 	}
 	allowed := true
-	for i := range buckets {
-		l := buckets[i].Limit
+	for i, l := range lims {
 		st := &states[i]
 		left, tat := l.gcraSpan(st, words[i], l.tau, now, cost)
 		st.Remaining = left / l.interval
@@ -460,9 +497,8 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 	}
 	if !allowed || cost == 0 {
 		// Nothing is consumed: report each bucket's balance as it stands.
-		for i := range buckets {
+		for i, l := range lims {
 			if states[i].Allowed && cost > 0 {
-				l := buckets[i].Limit
 				st := &states[i]
 				left, _ := l.gcraSpan(st, words[i], l.tau, now, 0)
 				st.Remaining = left / l.interval
@@ -471,8 +507,8 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 		}
 		return true
 	}
-	for i := range buckets {
-		ents[i].unlock(tats[i])
+	for i, e := range ents {
+		e.unlock(tats[i])
 	}
 	return true
 }
