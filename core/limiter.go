@@ -836,7 +836,7 @@ func appendBucket(buckets []Bucket, rule, key string, l *Limit) []Bucket {
 // is not a valid key.
 func (p *Policy) plainIdentity(i int, req *Request) (string, error) {
 	id := req.identityOf(p.scopes[i], p.rules[i].Scope)
-	if id != "" && !validKey(id) {
+	if id != "" && !validShort(id) && !validKey(id) {
 		return "", invalidIdentity(&p.rules[i], id)
 	}
 	return id, nil

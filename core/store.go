@@ -70,14 +70,23 @@ func CheckKey(key string) error {
 }
 
 // validKey reports whether CheckKey accepts key, without making its error.
-// It is small enough to be inlined for the short keys it checks byte by
-// byte; keys of eight bytes or more go to validWords.
 func validKey(key string) bool {
 	if uint(len(key)-1) >= MaxKeyLen {
 		return false // empty, or too long
 	}
+	if len(key) < 8 {
+		return validShort(key)
+	}
+	return validWords(key)
+}
+
+// validShort is validKey's check of the bytes of a key under eight bytes,
+// one at a time. It is small enough to be inlined, so that a hot path may
+// accept a short key without a call: validShort(key) || validKey(key)
+// decides as validKey(key) for any non-empty key.
+func validShort(key string) bool {
 	if len(key) >= 8 {
-		return validWords(key)
+		return false
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c == 0x7f {

@@ -19,6 +19,9 @@ func TestValidKeyWords(t *testing.T) {
 		if got, want := validKey(key), simpleValidKey(key); got != want {
 			t.Fatalf("validKey(%q) = %v, CheckKey says %v", key, got, want)
 		}
+		if key != "" && (validShort(key) || validKey(key)) != validKey(key) {
+			t.Fatalf("validShort(%q) = %v, validKey %v", key, validShort(key), validKey(key))
+		}
 	}
 	fillers := []byte{'a', 0x20, 0x21, 0x7e, 0x80, 0xa0, 0xff}
 	for _, f := range fillers {
