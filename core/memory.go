@@ -447,7 +447,10 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 
 // takePlain is takeFastMany for the buckets of rules, policy rules of a
 // plain policy, under their own limits, keyed by ids: the Limiter's path
-// for such a policy of several tiers, which needs no Bucket made.
+// for such a policy of several tiers, which needs no Bucket made. It finds
+// the entries as takeFastMany does, in a loop of its own: a helper both
+// called would cost a call per tier (34 instructions a three-tier
+// decision).
 func (s *MemoryStore) takePlain(rules []*Rule, ids []string, states []BucketState, now, cost int64) bool {
 	n := len(rules)
 	if n > maxInlineTiers {
