@@ -175,10 +175,7 @@ func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Resul
 func (h *handler) checkOnRead(marked *http.Request, res *flow.Result) (looked bool) {
 	v := views.Get().(*lazyView)
 	v.request = request{marked}
-	v.Begin(marked, h.find)
-	h.m.engine.Check(v, res)
-	looked = v.Resolved()
-	v.Done()
+	looked = h.m.engine.CheckOnRead(v, &v.RouteOnRead, marked, h.find, res)
 	v.request = request{}
 	views.Put(v)
 	return looked

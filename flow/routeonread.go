@@ -1,6 +1,10 @@
 package flow
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/bucketry/ratelimit/keyfuncs"
+)
 
 // RouteOnRead is the part of a net/http request view whose route a router
 // finds, at the cost of a match of the request's path (nethttp around a
@@ -52,4 +56,16 @@ func (p *RouteOnRead) Done() {
 		p.r.Pattern = p.came
 	}
 	*p = RouteOnRead{}
+}
+
+// CheckOnRead checks r into res through v, a request view of r embedding
+// o, whose route find looks for only when something reads it, and reports
+// whether it did: Begin, Check and Done in their order, for the adapters
+// whose views embed a RouteOnRead.
+func (e *Engine) CheckOnRead(v keyfuncs.Request, o *RouteOnRead, r *http.Request, find func(*http.Request) (pattern string, known bool), res *Result) (looked bool) {
+	o.Begin(r, find)
+	e.Check(v, res)
+	looked = o.Resolved()
+	o.Done()
+	return looked
 }

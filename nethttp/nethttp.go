@@ -137,10 +137,7 @@ func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Resul
 func (h *handler) checkOnRead(marked *http.Request, res *flow.Result) (looked bool) {
 	v := muxViews.Get().(*muxView)
 	v.request = request{marked}
-	v.Begin(marked, h.find)
-	h.m.engine.Check(v, res)
-	looked = v.Resolved()
-	v.Done()
+	looked = h.m.engine.CheckOnRead(v, &v.RouteOnRead, marked, h.find, res)
 	v.request = request{}
 	muxViews.Put(v)
 	return looked
