@@ -783,10 +783,13 @@ const maxTexts = 256
 // textCache maps the tiers a response reports to their constant values.
 // The map is replaced whole on insertion (copy on write), so lookups take
 // no lock. The values depend on the rules alone, which a Policy never
-// changes, so an entry never goes stale.
+// changes, so an entry never goes stale. Its entries are made once, on
+// insertion, and last points to one of them: responses that alternate
+// between rule sets (a tier that applies to some requests only) find
+// theirs in the map without allocating.
 type textCache struct {
 	mu   sync.Mutex
-	m    atomic.Pointer[map[textKey]*ruleText]
+	m    atomic.Pointer[map[textKey]*textEntry]
 	last atomic.Pointer[textEntry] // the entry found last, checked first
 }
 
@@ -817,13 +820,13 @@ func (c *textCache) get(tiers []TierState) *ruleText {
 		return e.text
 	}
 	if m := c.m.Load(); m != nil {
-		if t, ok := (*m)[k]; ok {
-			c.last.Store(&textEntry{key: k, text: t})
-			return t
+		if e, ok := (*m)[k]; ok {
+			c.last.Store(e)
+			return e.text
 		}
 	}
-	t := newRuleText(tiers)
-	defer c.last.Store(&textEntry{key: k, text: t})
+	e := &textEntry{key: k, text: newRuleText(tiers)}
+	defer c.last.Store(e)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.m.Load()
@@ -831,15 +834,15 @@ func (c *textCache) get(tiers []TierState) *ruleText {
 	if old != nil && len(*old) < maxTexts {
 		n += len(*old)
 	}
-	m := make(map[textKey]*ruleText, n)
+	m := make(map[textKey]*textEntry, n)
 	if old != nil && len(*old) < maxTexts {
 		for k, v := range *old {
 			m[k] = v
 		}
 	}
-	m[k] = t
+	m[k] = e
 	c.m.Store(&m)
-	return t
+	return e.text
 }
 
 func newRuleText(tiers []TierState) *ruleText {

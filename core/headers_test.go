@@ -1455,26 +1455,39 @@ func TestHeaderFieldNames(t *testing.T) {
 
 // TestHeaderValuesAllocs: once a format has seen a decision's rules,
 // formatting its fields into a HeaderValues costs nothing, denied or
-// allowed, one tier or three.
+// allowed, one tier or three, and responses alternating between rule sets
+// (a tier that applies to some requests only) as well.
 func TestHeaderValuesAllocs(t *testing.T) {
 	one := newHdrLimiter(t, nil, hdrSeedRule)
 	three := newHdrLimiter(t, nil, hdrThreeTiers...)
 	allowed, _ := hdrRun(t, one, hdrStep{0, hdrAlice, 1})
 	denied, _ := hdrRun(t, one, hdrTimes(5, hdrStep{0, hdrAlice, 1})...)
 	three1, _ := hdrRun(t, three, hdrStep{0, hdrAlice, 1})
+	anonymous, _ := hdrRun(t, three, hdrStep{0, Request{Endpoint: "/search"}, 1})
+	if three1.NumTiers() == anonymous.NumTiers() {
+		t.Fatalf("both decisions have %d tiers, want different rule sets", anonymous.NumTiers())
+	}
 	deflt := newHdrFormat(t)
 	all := newHdrFormat(t, WithRateLimitTiers(TiersAll))
 	for _, tc := range []struct {
 		name string
 		f    *HeaderFormat
-		d    *Decision
+		d    []*Decision
 	}{
-		{"allowed", deflt, &allowed},
-		{"denied", deflt, &denied},
-		{"three tiers, all", all, &three1},
+		{"allowed", deflt, []*Decision{&allowed}},
+		{"denied", deflt, []*Decision{&denied}},
+		{"three tiers, all", all, []*Decision{&three1}},
+		{"alternating rule sets", deflt, []*Decision{&three1, &anonymous}},
+		{"alternating rule sets, all", all, []*Decision{&three1, &anonymous, &allowed}},
 	} {
 		var v HeaderValues
-		if got := testing.AllocsPerRun(100, func() { v.Format(tc.f, tc.d) }); got != 0 {
+		format := func() {
+			for _, d := range tc.d {
+				v.Format(tc.f, d)
+			}
+		}
+		format() // the format meets the rule sets
+		if got := testing.AllocsPerRun(100, format); got != 0 {
 			t.Errorf("%s: %v allocations, want 0", tc.name, got)
 		}
 	}
