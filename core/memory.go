@@ -70,6 +70,10 @@ type MemoryStore struct {
 type ruleTable struct {
 	mask   uint64 // len(shards)-1
 	shards []shard
+	// ref is this table in its store, which a policy's rule remembers
+	// (tableFor): made with the table, so that rules switching between
+	// stores allocate nothing.
+	ref storeTable
 }
 
 // The word of an entry: a token bucket's TAT (Unix ns, never negative) or,
@@ -283,6 +287,7 @@ func (s *MemoryStore) table(rule string, add bool) *ruleTable {
 		return rt
 	}
 	rt := &ruleTable{mask: uint64(s.nshards - 1), shards: make([]shard, s.nshards)}
+	rt.ref = storeTable{s: s, rt: rt}
 	for i := range rt.shards {
 		rt.shards[i].tab.Store(newTable(8))
 	}
@@ -370,7 +375,7 @@ func (s *MemoryStore) tableFor(r *Rule) *ruleTable {
 		return st.rt
 	}
 	rt := s.table(r.Name, true)
-	r.mem.p.Store(&storeTable{s: s, rt: rt})
+	r.mem.p.Store(&rt.ref)
 	return rt
 }
 

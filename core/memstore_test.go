@@ -189,6 +189,46 @@ func TestTiersAllocs(t *testing.T) {
 	}
 }
 
+// TestSharedPolicyAllocs: one policy shared by two limiters, each on a
+// memory store of its own (NewLimiter's default), decides in alternation
+// without allocating, and each store keeps its own buckets.
+func TestSharedPolicyAllocs(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		var rules []Rule
+		for i := range n {
+			rules = append(rules, Rule{Name: "r" + strconv.Itoa(i), Scope: ScopeUser, Limit: TokenBucket(PerMinute(1), 1000)})
+		}
+		p, err := NewPolicy(rules...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := NewLimiter(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewLimiter(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		req := Request{User: "alice"}
+		var d Decision
+		both := func() {
+			a.Decide(ctx, &req, 1, &d)
+			b.Decide(ctx, &req, 1, &d)
+		}
+		both()
+		if got := testing.AllocsPerRun(100, both); got != 0 {
+			t.Errorf("%d rules: two limiters in alternation make %v allocations, want 0", n, got)
+		}
+		// a took twice from b's decisions: 1 (first) + 101 (AllocsPerRun's
+		// warm-up and runs) + 1, each store on its own.
+		if err := a.Decide(ctx, &req, 1, &d); err != nil || d.Remaining != 1000-103 {
+			t.Errorf("%d rules: a's bucket after 103 takes has %d left (%v), want %d", n, d.Remaining, err, 1000-103)
+		}
+	}
+}
+
 // TestDecisionTiers: the tiers a Decision holds, inline up to eight and
 // beyond, read back through TierAt and Tiers as decided.
 func TestDecisionTiers(t *testing.T) {
