@@ -198,15 +198,8 @@ func TestSharedPolicyAllocs(t *testing.T) {
 		for i := range n {
 			rules = append(rules, Rule{Name: "r" + strconv.Itoa(i), Scope: ScopeUser, Limit: TokenBucket(PerMinute(1), 1000)})
 		}
-		p, err := NewPolicy(rules...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := NewLimiter(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := NewLimiter(p)
+		a := newTestLimiter(t, nil, rules...)
+		b, err := NewLimiter(a.Policy())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -92,17 +92,10 @@ func TestPlainPathSameAsGeneral(t *testing.T) {
 // TestPlainPathBadIdentity checks that decidePlain reports an invalid
 // identity as the general path does, deciding nothing.
 func TestPlainPathBadIdentity(t *testing.T) {
-	p, err := NewPolicy(
+	l := newTestLimiter(t, nil,
 		Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(10), 5)},
 		Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(10), 5)},
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewLimiter(p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d, err := l.Allow(context.Background(), Request{User: "a\nb"})
 	if !errors.Is(err, ErrInvalidKey) || d.NumTiers() != 0 || d.Allowed {
 		t.Fatalf("Allow of a bad identity = %+v, %v; want no decision and ErrInvalidKey", d, err)
