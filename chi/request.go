@@ -82,5 +82,10 @@ func (v *lazyView) RouteKnown() bool {
 	return known
 }
 
+// SetRequest makes v the view of r (nil: of none), for flow.CheckOnRead.
+func (v *lazyView) SetRequest(r *http.Request) { v.request = request{r} }
+
+var _ flow.OnReadView = (*lazyView)(nil)
+
 // Native returns the request, with chi's pattern of its route in Pattern.
 func (v *lazyView) Native() *http.Request { return v.Request() }

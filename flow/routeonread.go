@@ -58,14 +58,28 @@ func (p *RouteOnRead) Done() {
 	*p = RouteOnRead{}
 }
 
-// CheckOnRead checks r into res through v, a request view of r embedding
-// o, whose route find looks for only when something reads it, and reports
-// whether it did: Begin, Check and Done in their order, for the adapters
-// whose views embed a RouteOnRead.
-func (e *Engine) CheckOnRead(v keyfuncs.Request, o *RouteOnRead, r *http.Request, find func(*http.Request) (pattern string, known bool), res *Result) (looked bool) {
+// OnReadView is an adapter's view of a request, embedding the
+// RouteOnRead that finds its route, for CheckOnRead: SetRequest makes it
+// the view of r, or with nil of no request.
+type OnReadView interface {
+	keyfuncs.Request
+	SetRequest(r *http.Request)
+	onRead() *RouteOnRead
+}
+
+// onRead returns p, for the OnReadView that embeds it.
+func (p *RouteOnRead) onRead() *RouteOnRead { return p }
+
+// CheckOnRead checks r into res through v, an adapter's view, made the
+// view of r for the check and of none after it, whose route find looks for
+// only when something reads it, and reports whether it did.
+func (e *Engine) CheckOnRead(v OnReadView, r *http.Request, find func(*http.Request) (pattern string, known bool), res *Result) (looked bool) {
+	v.SetRequest(r)
+	o := v.onRead()
 	o.Begin(r, find)
 	e.Check(v, res)
 	looked = o.Resolved()
 	o.Done()
+	v.SetRequest(nil)
 	return looked
 }

@@ -15,20 +15,11 @@ import (
 func TestMuxViewAsksWhenRead(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items/{id}", func(http.ResponseWriter, *http.Request) {})
-	flowtest.CheckRouteOnRead(t, "/items/1", "GET /items/{id}", func(t *testing.T, l *core.Limiter, native func(*http.Request) (string, error)) func(*http.Request) (flow.Result, bool) {
-		var opts []Option
-		if native != nil {
-			opts = append(opts, WithKeyFunc(core.ScopeUser, native))
-		}
+	flowtest.CheckRouteOnRead(t, "/items/1", "GET /items/{id}", WithKeyFunc, func(t *testing.T, l *core.Limiter, opts ...flow.Option) func(*http.Request, *flow.Result) bool {
 		m, err := New(l, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := m.Handler(mux).(*handler)
-		return func(r *http.Request) (flow.Result, bool) {
-			var res flow.Result
-			looked := h.checkOnRead(r, &res)
-			return res, looked
-		}
+		return m.Handler(mux).(*handler).checkOnRead
 	})
 }

@@ -136,9 +136,7 @@ func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Resul
 // whether it did.
 func (h *handler) checkOnRead(marked *http.Request, res *flow.Result) (looked bool) {
 	v := muxViews.Get().(*muxView)
-	v.request = request{marked}
-	looked = h.m.engine.CheckOnRead(v, &v.RouteOnRead, marked, h.find, res)
-	v.request = request{}
+	looked = h.m.engine.CheckOnRead(v, marked, h.find, res)
 	muxViews.Put(v)
 	return looked
 }

@@ -58,6 +58,11 @@ func (v *muxView) Route() string {
 // RouteKnown reports true: the mux tells which route the request reaches.
 func (*muxView) RouteKnown() bool { return true }
 
+// SetRequest makes v the view of r (nil: of none), for flow.CheckOnRead.
+func (v *muxView) SetRequest(r *http.Request) { v.request = request{r} }
+
+var _ flow.OnReadView = (*muxView)(nil)
+
 // Native returns the request, with the pattern the mux will match.
 func (v *muxView) Native() *http.Request { return v.Request() }
 

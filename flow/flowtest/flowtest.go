@@ -226,12 +226,12 @@ func BenchHandler(b *testing.B, name string, h http.Handler, status int, request
 // a policy of one per-ip rule; for an endpoint rule, a rule of the route
 // and a key function of the *http.Request), what reads it gets it (that
 // key function finds pattern in r.Pattern), and the request has its own
-// Pattern back once the view is done. start builds the adapter's
-// middleware over l, with native as the user scope's key function when
-// not nil, and returns check, which checks a request through the view as
-// the middleware does and reports the Result and whether the route was
-// looked for, once the view is done.
-func CheckRouteOnRead(t *testing.T, path, pattern string, start func(t *testing.T, l *core.Limiter, native func(*http.Request) (string, error)) (check func(*http.Request) (flow.Result, bool))) {
+// Pattern back once the view is done. withKey is the adapter's WithKeyFunc.
+// start builds the adapter's middleware over l with opts and returns
+// check, which checks a request into res through the view as the
+// middleware does and reports whether the route was looked for, once the
+// view is done.
+func CheckRouteOnRead(t *testing.T, path, pattern string, withKey func(core.Scope, func(*http.Request) (string, error)) flow.Option, start func(t *testing.T, l *core.Limiter, opts ...flow.Option) (check func(r *http.Request, res *flow.Result) (looked bool))) {
 	t.Helper()
 	lim := core.TokenBucket(core.PerMinute(100), 100)
 	perIP := core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: lim}
@@ -252,15 +252,16 @@ func CheckRouteOnRead(t *testing.T, path, pattern string, start func(t *testing.
 		{"a key function of the request", []core.Rule{perIP, {Name: "per-user", Scope: core.ScopeUser, Limit: lim}}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var fn func(*http.Request) (string, error)
+			var opts []flow.Option
 			if tc.native {
-				fn = native
+				opts = append(opts, withKey(core.ScopeUser, native))
 			}
-			check := start(t, Limiter(t, tc.rules...), fn)
+			check := start(t, Limiter(t, tc.rules...), opts...)
 			seen = ""
 			r := httptest.NewRequest(http.MethodGet, path, nil)
 			r.Pattern = "before"
-			res, asked := check(r)
+			var res flow.Result
+			asked := check(r, &res)
 			if res.Outcome != flow.Proceed || res.Decision.NumTiers() != len(tc.rules) {
 				t.Fatalf("Check = %v with %d tiers (%v); want Proceed with %d", res.Outcome, res.Decision.NumTiers(), res.Err, len(tc.rules))
 			}
