@@ -58,7 +58,7 @@ func BenchmarkMemory(b *testing.B) {
 			subs := subjects(sc.keys, sc.tiers)
 			for _, g := range sc.goroutines {
 				b.Run("g="+strconv.Itoa(g), func(b *testing.B) {
-					for _, mb := range memoryBuilders {
+					for _, mb := range append(memoryBuilders, ceilingBuilders(sc, subs)...) {
 						if mb.oneKey && sc.keys > 1 {
 							continue
 						}

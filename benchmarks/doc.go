@@ -20,8 +20,11 @@
 // one sub-benchmark per implementation of the same scenario, so that
 // cmd/report (and benchstat -col /impl) can pair ours with the peers. Impl
 // names starting with "ours" are this project, names starting with
-// "ceiling_" are reference points that decide nothing (a bare PING, or our
-// script sent alone, one EVALSHA per decision), "bare" is a route with no
+// "ceiling_" are reference points and never peers: on Redis they decide
+// nothing (a bare PING, or our script sent alone, one EVALSHA per
+// decision); in memory, where a scenario has one subject, ceiling_clock
+// reads the clock and decides nothing, and ceiling_gcra is the least an
+// exact decision costs (see ceiling_test.go). "bare" is a route with no
 // limiter (BenchmarkMiddleware), and every other name is a peer library.
 //
 // # Scenarios

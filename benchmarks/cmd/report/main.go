@@ -214,6 +214,11 @@ func writeReport(o options, res *results, verdicts []verdict) error {
 			writeAddedCost(&b, g)
 			p("\n")
 		}
+		if g.name == "Memory" {
+			p("Ceilings, where a scenario has one subject: `ceiling_clock` reads the monotonic clock once per decision, as our store does, and decides nothing; `ceiling_gcra` decides exactly, with nothing else: one clock read, and per tier a table slot found by hashing the key and one integer (the bucket's theoretical arrival time) changed by compare-and-swap, several tiers locked in order and written only if all allow, the remaining tokens computed. It holds that subject's buckets only: no bucket is created, reclaimed or found among many, and it reports no rule, reset or tier.\n\n")
+			writeCeilings(&b, g)
+			p("\n")
+		}
 		if g.name == "Redis" {
 			p("Ceilings, which decide nothing: `ceiling_evalsha` sends our script alone, one EVALSHA per decision with arguments encoded once; `ceiling_ping` is one PING per decision. Both go through rueidis.\n\n")
 			writeCeilings(&b, g)
@@ -325,7 +330,7 @@ func relPath(dir, target string) (string, error) {
 
 // method explains what the numbers mean; it is the same for every report.
 var method = strings.Join([]string{
-	"- **Names.** Each benchmark is `Benchmark<Group>/<Scenario>[/g=<goroutines>]/impl=<name>`. `ours*` is this project (`ours_goredis` and `ours_rueidis` are our two Redis stores, with local denials on, as their documentation recommends); `ceiling_*` decide nothing and are not peers; every other name is a peer library. `xrate_single` is one x/time/rate Limiter per tier with no key at all: the floor of what a token bucket costs, run only where there is one key, and counted as a peer.",
+	"- **Names.** Each benchmark is `Benchmark<Group>/<Scenario>[/g=<goroutines>]/impl=<name>`. `ours*` is this project (`ours_goredis` and `ours_rueidis` are our two Redis stores, with local denials on, as their documentation recommends); `ceiling_*` are reference points, not peers (in Redis and `ceiling_clock` they decide nothing; `ceiling_gcra` is the least an exact in-memory decision costs); every other name is a peer library. `xrate_single` is one x/time/rate Limiter per tier with no key at all: the floor of what a token bucket costs, run only where there is one key, and counted as a peer.",
 	"- **Same work for everyone.** Every implementation sits behind one interface: one call decides one request against one or three tiers. Each gets the same quota, the same keys (built before the timed loop) and the configuration its documentation recommends; where a default would break a scenario (throttled's 65536-key LRU below the 100k keys, go-redis's pool of 10 per CPU below 64 goroutines), it is raised for everyone and said in the code. Peers check three tiers with three calls in order, stopping at the first denial; none can do it atomically, so a denial by a later tier has already consumed from the earlier ones.",
 	"- **Quotas.** Allow scenarios never deny within a run, and no bucket is full again when its key comes back (a full bucket is reclaimed by our memory store and expires in Redis for ours and redis_rate, while others keep it): one hot key gets 2^29 at once refilled over 50 days, the many-key scenarios 2^18 at once refilled over 50 days (a token every 16s). Deny scenarios allow one request an hour, taken before the run.",
 	"- **Goroutines.** `g=1` is a plain loop; `g=n` for n > 1 is RunParallel with SetParallelism, n goroutines when GOMAXPROCS divides n. **Memory** scenarios run at g=1 and g=2 (100k and 1M keys at g=2, eight tiers at g=1). **Redis** scenarios run at 1, 16 and 64 goroutines against one redis-server on loopback started by `internal/redistest`, emptied before each run; `ThreeTierCluster` runs at 1 and 64 against a local Cluster of 3 masters, where each implementation's three keys are checked to lie in three hash slots (the ceilings do not run there).",

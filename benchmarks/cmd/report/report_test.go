@@ -22,6 +22,7 @@ BenchmarkMemory/HotKeyAllow/g=1/impl=xrate_single-2  	 1000	  30.0 ns/op	  33333
 BenchmarkMemory/HotKeyAllow/g=1/impl=golimiter-2     	 1000	  40.0 ns/op	  25000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
 BenchmarkMemory/HotKeyAllow/g=2/impl=ours-2          	 1000	  25.0 ns/op	  40000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
 BenchmarkMemory/HotKeyAllow/g=2/impl=xrate_single-2  	 1000	  20.0 ns/op	  50000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
+BenchmarkMemory/HotKeyAllow/g=2/impl=ceiling_gcra-2  	 1000	  10.0 ns/op	 100000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
 BenchmarkMemory/Keys100k/g=2/impl=ours-2             	 1000	  100 ns/op	  10000000 decisions/s	 0 errors/op	 16 B/op	 1 allocs/op
 BenchmarkMemory/Keys100k/g=2/impl=ulule-2            	 1000	  80 ns/op	  12500000 decisions/s	 0 errors/op	 32 B/op	 2 allocs/op
 BenchmarkMemory/ThreeTier/g=1/impl=ours-2            	 1000	  50 ns/op	  20000000 decisions/s	 0 errors/op	 0 B/op	 0 allocs/op
@@ -107,6 +108,9 @@ func TestReadResults(t *testing.T) {
 	}
 	if p := res.scenario("Memory/Keys1M/g=2").least(kindPeer, unitPerKey); p == nil || p.impl != "golimiter" {
 		t.Errorf("least B/key of the peers = %v, want golimiter", p)
+	}
+	if p := res.scenario("Memory/HotKeyAllow/g=2").best(kindPeer); p == nil || p.impl != "xrate_single" {
+		t.Errorf("best peer at g=2 = %v, want xrate_single (ceiling_gcra, faster, is no peer)", p)
 	}
 	if c := res.scenario("Redis/ThreeTier/g=1").best(kindPeer); c == nil || c.impl != "redis_rate" {
 		t.Errorf("best Redis peer = %v, want redis_rate (ceilings are not peers)", c)
@@ -301,6 +305,9 @@ func TestWriteReport(t *testing.T) {
 		"make bench-report",
 		"**missed: 0.80x of the 2.0x asked",
 		"| memory-hot-1 | HotKeyAllow/g=1 | `ours` | >= 1.5x `golimiter`, 0 allocs/op |",
+		// The memory ceilings' table, beside our fastest.
+		"| scenario | ours | decisions/s | `ceiling_gcra` |",
+		"| HotKeyAllow/g=2 | `ours` | 40.0M | 100M |",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)
