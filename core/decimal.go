@@ -34,11 +34,11 @@ func decimalLen(u uint64) int {
 }
 
 // appendDecimal appends n in decimal to dst, as strconv.AppendInt(dst, n,
-// 10) does. It writes the digits in place, two at a time from the last,
+// 10) does. It writes the digits in place, four at a time from the last,
 // where dst has room for them, rather than formatting them elsewhere and
 // copying them: the three integers of a response's header values (9, 10
-// and up to 3 digits in the middleware benchmarks) cost 441 instructions
-// here, 587 through strconv.AppendInt.
+// and 3 digits in the middleware benchmarks) cost 384 instructions here,
+// 444 two digits at a time and 587 through strconv.AppendInt.
 func appendDecimal(dst []byte, n int64) []byte {
 	if n < 0 {
 		return strconv.AppendInt(dst, n, 10)
@@ -53,11 +53,22 @@ func appendDecimal(dst []byte, n int64) []byte {
 	}
 	out := dst[start : start+k]
 	i := k
-	for u >= 100 {
-		p := &digitPairs[u%100] // u%100, not u-q*100: the compiler knows it is in range
+	for u >= 10000 {
+		// Four digits at a time: one 64-bit division, the rest in 32 bits.
+		q := u / 10000
+		r := uint32(u - q*10000)
+		u = q
+		i -= 4
+		b := out[i : i+4 : i+4]
+		hi, lo := &digitPairs[r/100], &digitPairs[r%100]
+		b[0], b[1], b[2], b[3] = hi[0], hi[1], lo[0], lo[1]
+	}
+	if u >= 100 {
+		p := &digitPairs[u%100]
 		u /= 100
 		i -= 2
-		out[i], out[i+1] = p[0], p[1]
+		b := out[i : i+2 : i+2]
+		b[0], b[1] = p[0], p[1]
 	}
 	if u >= 10 {
 		p := &digitPairs[u]
