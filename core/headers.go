@@ -463,7 +463,7 @@ func (f *HeaderFormat) Headers(d *Decision, set func(name, value string)) {
 // heap. A nil or zero f leaves v empty.
 func (v *HeaderValues) Format(f *HeaderFormat, d *Decision) {
 	v.n, v.used, v.consts = 0, 0, 0
-	if f == nil {
+	if f == nil || f.valuesOne(d, v) {
 		return
 	}
 	if d.NumTiers() <= 2 {
@@ -738,6 +738,60 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 	if !d.Allowed && f.on[FieldCacheControl] {
 		v.constant(FieldCacheControl, noStore)
 	}
+}
+
+// valuesOne is values for the commonest decision, allowed on a single
+// tier of its rule's own limit, not in shadow mode, whose constant values
+// f keeps already: the same fields, without making the tier's TierState
+// and looking the deciding tier and the constant values up in general. It
+// reports false, having written nothing, for any other decision, which
+// values formats. TestValuesOneSameAsValues compares the two.
+func (f *HeaderFormat) valuesOne(d *Decision, v *HeaderValues) bool {
+	if d.n != 1 || d.more != nil || !d.Allowed || d.Limit == 0 || f.texts == nil {
+		return false
+	}
+	t, fl := &d.tiers[0], d.flags[0]
+	r := t.rule
+	if fl != 1 || r == nil || (t.limit != nil && t.limit != &r.Limit) || r.Name != d.Rule {
+		return false // not allowed with ReasonNone, in shadow mode, or a Lookup's limit
+	}
+	e := f.texts.last.Load()
+	if e == nil || !e.key.same(&textKey{r}) {
+		return false // values finds or makes them
+	}
+	text := e.text
+	var remaining []byte // as in values
+	if f.on[FieldLimit] {
+		if d.Limit == r.Limit.burst {
+			v.constant(FieldLimit, &text.limit[0])
+		} else {
+			v.commit(FieldLimit, appendDecimal(v.spare(), d.Limit))
+		}
+		v.commit(FieldRemaining, appendDecimal(v.spare(), d.Remaining))
+		if d.Remaining == sfInt(d.Remaining) && d.Remaining == t.remaining {
+			remaining = v.last()
+		}
+		if f.reset == ResetDelta {
+			v.commit(FieldReset, appendDecimal(v.spare(), ceilSeconds(d.ResetAfter)))
+		} else {
+			v.commit(FieldReset, appendDecimal(v.spare(), ceilUnix(d.At.Add(d.ResetAfter))))
+		}
+	}
+	if f.on[FieldPolicy] {
+		v.constant(FieldPolicy, &text.policy)
+	}
+	if f.on[FieldRateLimit] {
+		// appendServiceItem's item for an allowed tier and no Retry-After.
+		b := append(v.spare(), text.item[0]...)
+		if remaining != nil {
+			b = append(b, remaining...)
+		} else {
+			b = appendDecimal(b, sfInt(t.remaining))
+		}
+		b = append(b, ";t="...)
+		v.commit(FieldRateLimit, appendDecimal(b, sfInt(ceilSeconds(time.Duration(t.resetAfter)))))
+	}
+	return true
 }
 
 // appendPolicy appends RateLimit-Policy's value: one quota policy item per
