@@ -32,24 +32,22 @@ func TestValuesOneSameAsValues(t *testing.T) {
 			rules = append(rules, Rule{Name: "per-endpoint", Scope: ScopeEndpoint, Limit: TokenBucket(PerSecond(3), 5)})
 		}
 		l := newHdrLimiter(t, nil, rules...)
+		// Each option is given to one format out of o.one.
 		var opts []HeaderOption
-		if rng.IntN(4) == 0 {
-			opts = append(opts, WithXRateLimit(false))
-		}
-		if rng.IntN(4) == 0 {
-			opts = append(opts, WithRateLimitPolicy(false))
-		}
-		if rng.IntN(4) == 0 {
-			opts = append(opts, WithRateLimit(false))
-		}
-		if rng.IntN(2) == 0 {
-			opts = append(opts, WithResetFormat(ResetDelta))
-		}
-		if rng.IntN(2) == 0 {
-			opts = append(opts, WithRateLimitTiers(TiersAll))
-		}
-		if rng.IntN(3) == 0 {
-			opts = append(opts, WithShadowTiers(true))
+		for _, o := range []struct {
+			one int
+			opt HeaderOption
+		}{
+			{4, WithXRateLimit(false)},
+			{4, WithRateLimitPolicy(false)},
+			{4, WithRateLimit(false)},
+			{2, WithResetFormat(ResetDelta)},
+			{2, WithRateLimitTiers(TiersAll)},
+			{3, WithShadowTiers(true)},
+		} {
+			if rng.IntN(o.one) == 0 {
+				opts = append(opts, o.opt)
+			}
 		}
 		f := newHdrFormat(t, opts...)
 		now := hdrT0.Add(time.Duration(rng.Int64N(int64(time.Hour))))
