@@ -783,13 +783,7 @@ func (f *HeaderFormat) valuesOne(d *Decision, v *HeaderValues) bool {
 	if f.on[FieldRateLimit] {
 		// appendServiceItem's item for an allowed tier and no Retry-After.
 		b := append(v.spare(), text.item[0]...)
-		if remaining != nil {
-			b = append(b, remaining...)
-		} else {
-			b = appendDecimal(b, sfInt(t.remaining))
-		}
-		b = append(b, ";t="...)
-		v.commit(FieldRateLimit, appendDecimal(b, sfInt(ceilSeconds(time.Duration(t.resetAfter)))))
+		v.commit(FieldRateLimit, appendItemRest(b, remaining, t.remaining, ceilSeconds(time.Duration(t.resetAfter))))
 	}
 	return true
 }
@@ -1033,11 +1027,6 @@ func appendServiceItem(dst []byte, text *ruleText, i int, t *TierState, retry in
 	} else {
 		dst = appendItemStart(dst, t.Rule.Name)
 	}
-	if remaining != nil {
-		dst = append(dst, remaining...)
-	} else {
-		dst = appendDecimal(dst, sfInt(t.Remaining))
-	}
 	var secs int64
 	if t.Reason == ReasonLimited {
 		secs = retrySeconds(t.RetryAfter) // as Retry-After rounds it
@@ -1048,6 +1037,17 @@ func appendServiceItem(dst []byte, text *ruleText, i int, t *TierState, retry in
 		// Retry-After must not point before the end of the effective
 		// window (draft section 6).
 		secs = retry
+	}
+	return appendItemRest(dst, remaining, t.Remaining, secs)
+}
+
+// appendItemRest appends what follows a service limit item's start: r,
+// remaining's digits or, when remaining is nil, rem's, and t, secs.
+func appendItemRest(dst, remaining []byte, rem, secs int64) []byte {
+	if remaining != nil {
+		dst = append(dst, remaining...)
+	} else {
+		dst = appendDecimal(dst, sfInt(rem))
 	}
 	dst = append(dst, ";t="...)
 	return appendDecimal(dst, sfInt(secs))
