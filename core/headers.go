@@ -695,20 +695,12 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 		// r repeats for the deciding tier.
 		var remaining []byte
 		if f.on[FieldLimit] {
-			if text != nil && d.Limit == tiers[deciding].limit().Burst() {
-				v.constant(FieldLimit, &text.limit[deciding])
-			} else {
-				v.commit(FieldLimit, appendDecimal(v.spare(), d.Limit))
+			var limit *constValue
+			if text != nil {
+				limit = &text.limit[deciding]
 			}
-			v.commit(FieldRemaining, appendDecimal(v.spare(), d.Remaining))
-			if d.Remaining == sfInt(d.Remaining) && d.Remaining == tiers[deciding].Remaining {
-				remaining = v.last()
-			}
-			if f.reset == ResetDelta {
-				v.commit(FieldReset, appendDecimal(v.spare(), ceilSeconds(d.ResetAfter)))
-			} else {
-				v.commit(FieldReset, appendDecimal(v.spare(), ceilUnix(now.Add(d.ResetAfter))))
-			}
+			t := &tiers[deciding]
+			remaining = f.xRateLimit(v, d, now, limit, t.limit().Burst(), t.Remaining)
 		}
 		if f.on[FieldPolicy] {
 			if text != nil {
@@ -740,6 +732,29 @@ func (f *HeaderFormat) values(d *Decision, tiers []TierState, now time.Time, v *
 	}
 }
 
+// xRateLimit commits d's X-RateLimit-Limit, -Remaining and -Reset (from
+// now) to v, d's deciding tier being of burst and holding tierRemaining;
+// limit, when not nil, is the constant value of that burst. It returns
+// X-RateLimit-Remaining's digits when RateLimit's r may repeat them: d's
+// Remaining is the tier's, below the Structured Field cap.
+func (f *HeaderFormat) xRateLimit(v *HeaderValues, d *Decision, now time.Time, limit *constValue, burst, tierRemaining int64) (remaining []byte) {
+	if limit != nil && d.Limit == burst {
+		v.constant(FieldLimit, limit)
+	} else {
+		v.commit(FieldLimit, appendDecimal(v.spare(), d.Limit))
+	}
+	v.commit(FieldRemaining, appendDecimal(v.spare(), d.Remaining))
+	if d.Remaining == sfInt(d.Remaining) && d.Remaining == tierRemaining {
+		remaining = v.last()
+	}
+	if f.reset == ResetDelta {
+		v.commit(FieldReset, appendDecimal(v.spare(), ceilSeconds(d.ResetAfter)))
+	} else {
+		v.commit(FieldReset, appendDecimal(v.spare(), ceilUnix(now.Add(d.ResetAfter))))
+	}
+	return remaining
+}
+
 // valuesOne is values for the commonest decision, allowed on a single
 // tier of its rule's own limit, not in shadow mode, whose constant values
 // f keeps already: the same fields, without making the tier's TierState
@@ -762,20 +777,7 @@ func (f *HeaderFormat) valuesOne(d *Decision, v *HeaderValues) bool {
 	text := e.text
 	var remaining []byte // as in values
 	if f.on[FieldLimit] {
-		if d.Limit == r.Limit.burst {
-			v.constant(FieldLimit, &text.limit[0])
-		} else {
-			v.commit(FieldLimit, appendDecimal(v.spare(), d.Limit))
-		}
-		v.commit(FieldRemaining, appendDecimal(v.spare(), d.Remaining))
-		if d.Remaining == sfInt(d.Remaining) && d.Remaining == t.remaining {
-			remaining = v.last()
-		}
-		if f.reset == ResetDelta {
-			v.commit(FieldReset, appendDecimal(v.spare(), ceilSeconds(d.ResetAfter)))
-		} else {
-			v.commit(FieldReset, appendDecimal(v.spare(), ceilUnix(d.At.Add(d.ResetAfter))))
-		}
+		remaining = f.xRateLimit(v, d, d.At, &text.limit[0], r.Limit.burst, t.remaining)
 	}
 	if f.on[FieldPolicy] {
 		v.constant(FieldPolicy, &text.policy)
