@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,7 +59,7 @@ func BenchmarkMemory(b *testing.B) {
 			subs := subjects(sc.keys, sc.tiers)
 			for _, g := range sc.goroutines {
 				b.Run("g="+strconv.Itoa(g), func(b *testing.B) {
-					for _, mb := range append(memoryBuilders, ceilingBuilders(sc, subs)...) {
+					for _, mb := range slices.Concat(memoryBuilders, ceilingBuilders(sc, subs)) {
 						if mb.oneKey && sc.keys > 1 {
 							continue
 						}
