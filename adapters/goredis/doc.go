@@ -96,10 +96,15 @@
 // Measuring from s, the earliest instant Redis could have decided, makes
 // latency and clock skew only shorten a local denial. The Retry-After
 // reported for a local denial counts down from when the reply arrived, so it
-// is never earlier than the real refill. Only a give-back adds tokens early
-// (a Cluster refund by any instance): a local denial can then outlast the
-// real one, which under-admits and never over-admits. A rule change (a new
-// policy) drops local denials; allowed requests always go to Redis.
+// is never earlier than the real refill. Two things add tokens early, by
+// any instance: a give-back (a Cluster refund, a returned lease), and a take
+// under a limit of another fill time, which rescales the bucket (instances
+// whose rules differ while a change rolls out, a Lookup that gives a tenant
+// another limit for a while): a local denial can then outlast the real one,
+// which under-admits for at most its Retry-After and never over-admits. A
+// rule change (a new policy) on this instance drops local denials, and a
+// request under another limit than its denial's goes to Redis; allowed
+// requests always go to Redis.
 //
 // Stats counts remote and local decisions, script reloads, refunds and
 // takes refused by an open breaker.

@@ -227,7 +227,8 @@ var outageRule = core.Rule{Name: "outage", Scope: core.ScopeUser, Limit: core.To
 //
 // It asserts that every decision begun during the outage was made by the
 // failure mode (allowed, degraded, with the store's error) and took at
-// most outageP99 at the 99th percentile and outageMax at most, and logs
+// most outageP99 at the 99th percentile and outageMax at most, that a
+// Reset begun then fails within outageMax too, and logs
 // one line per outage, "outage latency[name/refused]: p50=... p99=...
 // max=...", with the healthy figures before it.
 func RunOutageLatency(t *testing.T, name string, newStore func(t testing.TB, addr string) core.Store) {
@@ -290,8 +291,18 @@ func testOutage(t *testing.T, name, how string, newStore func(t testing.TB, addr
 	fault := l.now() // the fault is in place
 	time.Sleep(outageRun)
 	samples := l.halt()
+	// An operator's Reset is bounded as a decision is.
+	resetStart := time.Now()
+	resetErr := lim.Reset(ctx, reqs[0])
+	resetTook := time.Since(resetStart)
 	if how == "hangs" {
 		srv.Resume()
+	}
+	if resetErr == nil {
+		t.Errorf("Reset during the outage = nil, want the store's error")
+	}
+	if resetTook > outageMax {
+		t.Errorf("Reset during the outage took %v, want at most %v", resetTook, outageMax)
 	}
 
 	var healthy, outage []time.Duration
@@ -311,8 +322,8 @@ func testOutage(t *testing.T, name, how string, newStore func(t testing.TB, addr
 	}
 	hp50, hp99, hmax := quantiles(healthy)
 	p50, p99, largest := quantiles(outage)
-	t.Logf("outage latency[%s/%s]: p50=%s p99=%s max=%s over %d decisions by %d goroutines in %v (bound %v, no breaker); healthy p50=%s p99=%s max=%s over %d",
-		name, how, ms(p50), ms(p99), ms(largest), inOutage, outageWorkers, outageRun, DefaultBound, ms(hp50), ms(hp99), ms(hmax), len(healthy))
+	t.Logf("outage latency[%s/%s]: p50=%s p99=%s max=%s over %d decisions by %d goroutines in %v (bound %v, no breaker); healthy p50=%s p99=%s max=%s over %d; a Reset failed in %s",
+		name, how, ms(p50), ms(p99), ms(largest), inOutage, outageWorkers, outageRun, DefaultBound, ms(hp50), ms(hp99), ms(hmax), len(healthy), ms(resetTook))
 	if inOutage < 2*outageWorkers {
 		t.Errorf("%d decisions during the outage, want at least %d", inOutage, 2*outageWorkers)
 	}

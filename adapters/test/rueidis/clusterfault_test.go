@@ -12,22 +12,30 @@ import (
 // TestClusterFaultKillMaster kills a master of a Cluster without replicas
 // under load and restarts it: see redistests.RunClusterFault.
 func TestClusterFaultKillMaster(t *testing.T) {
-	redistests.RunClusterFault(t, redistests.ClusterFault{
-		Name: "rueidis",
-		NewStore: func(t testing.TB, addrs []string, prefix string) redistests.FaultStore {
-			// rueidis's defaults.
-			s, err := rstore.New(newClient(t, rueidis.ClientOption{InitAddress: addrs}),
-				rstore.WithPrefix(prefix), rstore.WithBreaker(redistests.FaultFailures, redistests.FaultCooldown), rstore.WithTimeout(redistests.FaultBound))
-			if err != nil {
-				t.Fatalf("New: %v", err)
-			}
-			return redistests.FaultStore{
-				Store:    s,
-				Key:      s.Key,
-				Breakers: s.BreakerStates,
-				Refused:  func() int64 { return s.Stats().Refused },
-				Refunds:  func() int64 { return s.Stats().Refunds },
-			}
-		},
-	})
+	redistests.RunClusterFault(t, clusterFault)
+}
+
+// TestRefundWhenCallerEnds: see redistests.RunRefundWhenCallerEnds.
+func TestRefundWhenCallerEnds(t *testing.T) {
+	redistests.RunRefundWhenCallerEnds(t, sharedCluster(t), clusterFault)
+}
+
+// clusterFault makes the stores of the Cluster fault tests.
+var clusterFault = redistests.ClusterFault{
+	Name: "rueidis",
+	NewStore: func(t testing.TB, addrs []string, prefix string) redistests.FaultStore {
+		// rueidis's defaults.
+		s, err := rstore.New(newClient(t, rueidis.ClientOption{InitAddress: addrs}),
+			rstore.WithPrefix(prefix), rstore.WithBreaker(redistests.FaultFailures, redistests.FaultCooldown), rstore.WithTimeout(redistests.FaultBound))
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return redistests.FaultStore{
+			Store:    s,
+			Key:      s.Key,
+			Breakers: s.BreakerStates,
+			Refused:  func() int64 { return s.Stats().Refused },
+			Refunds:  func() int64 { return s.Stats().Refunds },
+		}
+	},
 }

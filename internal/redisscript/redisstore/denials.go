@@ -19,14 +19,22 @@ const maxDenials = 100_000
 //
 // Why that is right: the request was sent at local time sent, and Redis
 // decided it at some later instant d. Each denying bucket then held fewer
-// than cost tokens and needed RetryAfter to refill enough. Other requests
-// only take tokens away, so no denying bucket can admit the cost before
-// d + RetryAfter > sent + RetryAfter. Until sent + the smallest RetryAfter,
-// the repeat would be denied. Measuring from sent, the earliest instant Redis
-// could have decided, means latency and clock skew only shorten the window.
-// Only a give-back can add tokens early (a Cluster refund, by any instance):
-// then a local denial can outlast the real one, which under-admits for at
-// most that RetryAfter and never over-admits.
+// than cost tokens and needed RetryAfter to refill enough. Takes under the
+// same limit only take tokens away, so no denying bucket can admit the cost
+// before d + RetryAfter > sent + RetryAfter. Until sent + the smallest
+// RetryAfter, the repeat would be denied. Measuring from sent, the earliest
+// instant Redis could have decided, means latency and clock skew only
+// shorten the window.
+//
+// Two things add tokens early, by any instance: a give-back (a Cluster
+// refund, a lease returned), and a take under a limit of another fill time,
+// which rescales the bucket and from then on refills it at its own pace
+// (instances whose rules differ while a change rolls out, a Lookup that
+// gives a tenant another limit for a while). A denial is only answered for
+// takes under the limits it was decided under, and a take of the same
+// buckets sent from this instance replaces or forgets it; what other
+// instances do, it cannot see. So a local denial can outlast the real one,
+// which under-admits for at most that RetryAfter and never over-admits.
 type denials struct {
 	mu sync.Mutex
 	m  map[string]*denial

@@ -190,9 +190,11 @@ func (s *Store) takeSlots(caller context.Context, now int64, keys []string, slot
 		}
 		if len(back) > 0 {
 			s.n.refunds.Add(int64(len(back)))
-			// A bound of its own: the take's may be spent by a node that
-			// did not answer, and the tokens must go back.
-			rctx, rcancel := context.WithTimeout(caller, s.timeout)
+			// A bound of its own, whatever the caller's context says: the
+			// take's may be spent by a node that did not answer, and the
+			// caller may have gone (its deadline made a node's answer
+			// late, or it was cancelled), but the tokens must go back.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(caller), s.timeout)
 			defer rcancel()
 			rsent := time.Now()
 			rerr := s.multi(rctx, back)
@@ -269,7 +271,14 @@ func (s *Store) sendGroups(ctx context.Context, now int64, deadline time.Time, g
 			g.b.Reset(now, redisscript.ModeTakeUndo)
 			g.b.Add(&g.call)
 		}
-		lctx, cancel := context.WithDeadline(ctx, deadline)
+		// As a batcher bounds its calls: by the store's timeout and the
+		// caller's deadline, but not ended by a cancellation, after which a
+		// script that ran would not be known, nor given back if another
+		// slot failed.
+		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
+		}
+		lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		first = s.multi(lctx, lead)
 		cancel()
 		for _, g := range lead {

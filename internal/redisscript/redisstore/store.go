@@ -139,14 +139,25 @@ func (s *Store) BreakerStates() map[string]core.BreakerState { return s.domains.
 func (s *Store) Key(rule, id string) string { return s.keys.Key(rule, id) }
 
 // Reset deletes bucket (rule, id), which is then full, and stops trusting
-// what local denials knew of it.
+// what local denials knew of it. Like a take, it is bounded by the store's
+// timeout and goes through the circuit breaker of the key's node.
 func (s *Store) Reset(ctx context.Context, rule, id string) error {
 	if err := core.CheckKey(id); err != nil {
 		return err
 	}
 	key := s.keys.Key(rule, id)
+	dm := s.domains.of(s.slot(key))
+	probe, open := dm.br.Admit()
+	if open != nil {
+		s.n.refused.Add(1)
+		return open
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	sent := time.Now()
-	err := s.client.Del(ctx, key)
+	err := s.client.Del(cctx, key)
+	cancel()
+	err = ctxErr(ctx, err)
+	s.settle(ctx, dm, probe, true, err)
 	switch {
 	case s.local != nil:
 		// A delete makes the bucket full: tokens rise, which a copy cached
