@@ -59,7 +59,8 @@
 // field out. Unknown fields, fields given twice and values of the wrong
 // type are errors: a typo must not silently drop a setting. So is a field
 // the rule's algorithm does not use (a window on a token bucket, a rate on
-// a fixed window, a max_wait on anything but shaping).
+// a fixed window, a max_wait on anything but shaping), and so is a second
+// YAML document after "---": a file is one document.
 //
 // # Key patterns, scopes and routes
 //

@@ -37,10 +37,11 @@ func Load(path string) (*core.Policy, error) {
 // The document is a mapping with default_plan, reject_unknown_plan and
 // rules, a list of rules with the fields of Spec (see the package
 // documentation). An unknown field, a field given twice, a value of the
-// wrong type, an empty document and a document without rules are errors;
-// "rules: []" is a policy without rules. null is the same as leaving the
-// field out. Every error is an *Error naming the file, the line, the rule
-// and the field, wrapping ErrInvalidSpec or a core sentinel:
+// wrong type, an empty document, a document without rules and a second
+// YAML document ("---" and more) are errors; "rules: []" is a policy
+// without rules. null is the same as leaving the field out. Every error is
+// an *Error naming the file, the line, the rule and the field, wrapping
+// ErrInvalidSpec or a core sentinel:
 //
 //	rules: limits.yaml:12: rule "search": burst_capacity: must be >= 1, got 0
 //
@@ -93,8 +94,18 @@ func decode(name string, data []byte) (*File, *positions, error) {
 	var root *yaml.Node
 	switch ext := strings.ToLower(filepath.Ext(name)); ext {
 	case ".yaml", ".yml":
-		var doc yaml.Node
-		if err := yaml.Unmarshal(data, &doc); err != nil {
+		// A decoder, not yaml.Unmarshal, which reads the first document
+		// and ignores the rest: a second one's rules must not be dropped
+		// silently.
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		var doc, next yaml.Node
+		err := dec.Decode(&doc)
+		if err == nil {
+			if err = dec.Decode(&next); err == nil {
+				return fail(next.Line, "a second YAML document starts here: a rules file is one document (put every rule in the first one's rules)")
+			}
+		}
+		if err != nil && err != io.EOF {
 			line, msg := yamlErrorLine(err)
 			return fail(line, "invalid YAML: %s", msg)
 		}
