@@ -55,7 +55,10 @@
 //	description      string    for people; not compiled
 //
 // Durations are Go duration strings ("500ms", "1m", "24h"); a bare number
-// is an error, for its unit would be a guess. null is the same as leaving a
+// is an error, for its unit would be a guess. A number with a leading zero
+// (010) is an error too: YAML reads it as octal, 8, where a person reads
+// ten. Write 10, or 0o10 for an octal; 0x and 0b are read as hexadecimal and
+// binary. null is the same as leaving a
 // field out. Unknown fields, fields given twice and values of the wrong
 // type are errors: a typo must not silently drop a setting. So is a field
 // the rule's algorithm does not use (a window on a token bucket, a rate on

@@ -293,10 +293,14 @@ func text(n *yaml.Node) (string, error) {
 	return "", because(ErrInvalidSpec, "want a string, got %s", kindOf(n))
 }
 
-// integer reads an integer; null is nil.
+// integer reads an integer; null is nil. A leading zero is an error
+// (leadingZero).
 func integer(n *yaml.Node) (*int64, error) {
 	if isNull(n) {
 		return nil, nil
+	}
+	if err := leadingZero(n); err != nil {
+		return nil, err
 	}
 	var v int64
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
@@ -314,11 +318,15 @@ func count(n *yaml.Node) (int64, error) {
 	return *v, err
 }
 
-// number reads a number; null is nil. A decimal with more digits than a
-// float64 holds is an error: it would be rounded silently.
+// number reads a number; null is nil. A leading zero is an error
+// (leadingZero), and so is a decimal with more digits than a float64 holds:
+// it would be rounded silently.
 func number(n *yaml.Node) (*float64, error) {
 	if isNull(n) {
 		return nil, nil
+	}
+	if err := leadingZero(n); err != nil {
+		return nil, err
 	}
 	var v float64
 	if tag := n.ShortTag(); n.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float") || n.Decode(&v) != nil {
@@ -331,6 +339,33 @@ func number(n *yaml.Node) (*float64, error) {
 		}
 	}
 	return &v, nil
+}
+
+// leadingZero refuses a number written with a leading zero, such as 010:
+// yaml.v3 reads it as YAML 1.1 does, as the octal 8, where a person reads
+// ten. A prefix says the base plainly (0o10, 0x10, 0b10) and is read in it.
+// JSON has no leading zeros.
+func leadingZero(n *yaml.Node) error {
+	if tag := n.ShortTag(); n.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float") {
+		return nil
+	}
+	sign, lit := "", n.Value
+	if lit != "" && (lit[0] == '+' || lit[0] == '-') {
+		sign, lit = lit[:1], lit[1:]
+	}
+	digits := strings.ReplaceAll(lit, "_", "")
+	if len(digits) < 2 || digits[0] != '0' || strings.Trim(digits, "0123456789") != "" {
+		return nil
+	}
+	dec := strings.TrimLeft(digits, "0")
+	if dec == "" {
+		dec = "0"
+	}
+	if oct, err := strconv.ParseUint(digits, 8, 64); err == nil {
+		return because(ErrInvalidSpec, "%s has a leading zero, which YAML reads as octal, %s%d: write %s%s, or %s0o%s for octal", n.Value, sign, oct, sign, dec, sign, dec)
+	}
+	// 08 and 09 are not octal: yaml.v3 reads them as the floats 8 and 9.
+	return because(ErrInvalidSpec, "%s has a leading zero, which YAML keeps for octal: write %s%s", n.Value, sign, dec)
 }
 
 // boolean reads true or false; null is nil.

@@ -226,6 +226,14 @@ func TestParseErrors(t *testing.T) {
 			want: `rules: limits.yaml:4: rule "search": rate_per_second: must be > 0, got 0`, is: core.ErrInvalidRate},
 		{name: "rate per second inexact", data: head + "    rate_per_second: 0.3333333333333333\n    burst_capacity: 5\n",
 			want: `rules: limits.yaml:4: rule "search": rate_per_second: 0.3333333333333333 per second is not a whole number of tokens per whole number of nanoseconds; write it as rate and period`, is: core.ErrInvalidRate},
+		{name: "burst leading zero", data: head + "    rate_per_second: 1\n    burst_capacity: 010\n",
+			want: `rules: limits.yaml:5: rule "search": burst_capacity: 010 has a leading zero, which YAML reads as octal, 8: write 10, or 0o10 for octal`, is: rules.ErrInvalidSpec},
+		{name: "rate leading zero", data: head + "    rate: 0_10\n    period: 1s\n    burst_capacity: 5\n",
+			want: `rules: limits.yaml:4: rule "search": rate: 0_10 has a leading zero, which YAML reads as octal, 8: write 10, or 0o10 for octal`, is: rules.ErrInvalidSpec},
+		{name: "rate per second leading zero", data: head + "    rate_per_second: 010\n    burst_capacity: 5\n",
+			want: `rules: limits.yaml:4: rule "search": rate_per_second: 010 has a leading zero, which YAML reads as octal, 8: write 10, or 0o10 for octal`, is: rules.ErrInvalidSpec},
+		{name: "leading zero not octal", data: head + "    rate_per_second: 1\n    burst_capacity: 09\n",
+			want: `rules: limits.yaml:5: rule "search": burst_capacity: 09 has a leading zero, which YAML keeps for octal: write 9`, is: rules.ErrInvalidSpec},
 		{name: "rate per second beyond float64", data: head + "    rate_per_second: 0.10000000000000000001\n    burst_capacity: 5\n",
 			want: `rules: limits.yaml:4: rule "search": rate_per_second: 0.10000000000000000001 has more digits than a float64 holds (it reads as 0.1); write it as rate and period`, is: core.ErrInvalidRate},
 		{name: "rate per second infinite", data: head + "    rate_per_second: .inf\n    burst_capacity: 5\n",
@@ -313,6 +321,30 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("Parse error %#v is not an *Error naming %s", err, file)
 			}
 		})
+	}
+}
+
+// An integer with a base prefix is read in that base; only a leading zero,
+// octal to YAML 1.1 and decimal to a person, is an error (TestParseErrors).
+func TestParseIntegerBases(t *testing.T) {
+	for _, tc := range []struct{ fields, want string }{
+		{"rate_per_second: 1, burst_capacity: 1_000", "token_bucket 1/1s burst 1000"},
+		{"rate_per_second: 1, burst_capacity: 0o10", "token_bucket 1/1s burst 8"},
+		{"rate_per_second: 1, burst_capacity: 0x10", "token_bucket 1/1s burst 16"},
+		{"rate_per_second: 1, burst_capacity: 0b10", "token_bucket 1/1s burst 2"},
+		{"rate_per_second: 0o10, burst_capacity: 1", "token_bucket 8/1s burst 1"},
+		{"rate_per_second: 0x10, burst_capacity: 1", "token_bucket 16/1s burst 1"},
+		{"rate: 0o10, period: 1s, burst_capacity: 1", "token_bucket 8/1s burst 1"},
+		{"rate_per_second: 0.5, burst_capacity: 1", "token_bucket 1/2s burst 1"},
+	} {
+		p, err := rules.Parse("limits.yaml", []byte("rules:\n  - {name: a, scope: ip, "+tc.fields+"}\n"))
+		if err != nil {
+			t.Errorf("%s: %v", tc.fields, err)
+			continue
+		}
+		if got := p.Rules()[0].Limit.String(); got != tc.want {
+			t.Errorf("%s: limit %s, want %s", tc.fields, got, tc.want)
+		}
 	}
 }
 
