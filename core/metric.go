@@ -15,7 +15,8 @@ const (
 // knowing the component: adapters/prometheus and adapters/otel read every
 // MetricSource they are given. Name is lower snake case without a prefix
 // (the adapter adds "rate_limiter_"); Labels are pairs of label name and
-// value, few and of bounded cardinality (a Redis node, never an identity).
+// value, few and of bounded cardinality (a Redis node, never an identity);
+// the project's own sources use only the names IsMetricLabel reports.
 type Metric struct {
 	Name   string
 	Help   string

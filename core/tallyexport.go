@@ -84,3 +84,18 @@ func CheckMetricSources(option string, sources []MetricSource) error {
 	}
 	return errors.Join(errs...)
 }
+
+// IsMetricLabel reports whether name is a label of the metrics the
+// adapters export: outcome, rule and scope of a Tally's decisions, kind of
+// its errors, and the labels the project's MetricSources report (via and
+// node of the Redis stores, source of rules.Watcher and adapters/postgres).
+// An adapter refuses a constant label by such a name, which would clash
+// with the series' own; each source's tests check that it reports no
+// other label. It is safe for concurrent use.
+func IsMetricLabel(name string) bool {
+	switch name {
+	case "outcome", "rule", "scope", "kind", "via", "node", "source":
+		return true
+	}
+	return false
+}

@@ -99,6 +99,28 @@ func TestCheckMetricSources(t *testing.T) {
 	}
 }
 
+func TestIsMetricLabel(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"outcome", true},
+		{"rule", true},
+		{"scope", true},
+		{"kind", true},
+		{"via", true},
+		{"node", true},
+		{"source", true},
+		{"limiter", false},
+		{"", false},
+		{"Source", false},
+	} {
+		if got := core.IsMetricLabel(tc.name); got != tc.want {
+			t.Errorf("IsMetricLabel(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // A metrics adapter's WithBuckets refuses the bounds CheckLatencyBuckets
 // refuses, naming itself.
 func ExampleCheckLatencyBuckets() {

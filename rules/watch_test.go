@@ -221,6 +221,8 @@ func TestWatchBadFileAndReload(t *testing.T) {
 	w.CollectMetrics(func(m core.Metric) {
 		if len(m.Labels) != 2 || m.Labels[0] != "source" || m.Labels[1] != "file" {
 			t.Errorf("metric %s has labels %q, want source=file", m.Name, m.Labels)
+		} else if !core.IsMetricLabel(m.Labels[0]) {
+			t.Errorf("metric %s has the label %q, which core.IsMetricLabel does not name: the metrics adapters would take it as a constant label", m.Name, m.Labels[0])
 		}
 		metrics[m.Name] = m.Value
 	})

@@ -54,7 +54,7 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 		o.apply(&cfg)
 	}
 	for _, kv := range cfg.attrs {
-		if reserved[kv.Key] {
+		if core.IsMetricLabel(string(kv.Key)) {
 			cfg.fail("WithAttributes: key %q is one the instruments use", kv.Key)
 		}
 	}

@@ -176,6 +176,7 @@ func TestNewErrors(t *testing.T) {
 		"decreasing buckets": {meter, []otellimit.Option{otellimit.WithBuckets([]float64{1, 0.5})}, "WithBuckets: bounds must increase, got 0.5 after 1"},
 		"infinite bucket":    {meter, []otellimit.Option{otellimit.WithBuckets([]float64{math.Inf(1)})}, "WithBuckets: bound 0 is +Inf, want a finite number"},
 		"reserved attribute": {meter, []otellimit.Option{otellimit.WithAttributes(attribute.String("outcome", "x"))}, `WithAttributes: key "outcome" is one the instruments use`},
+		"source attribute":   {meter, []otellimit.Option{otellimit.WithAttributes(attribute.String("source", "x"))}, `WithAttributes: key "source" is one the instruments use`},
 	}
 	for name, tc := range cases {
 		m, err := otellimit.New(tc.meter, tc.opts...)

@@ -60,15 +60,13 @@ func WithBuckets(bounds []float64) Option {
 // WithAttributes adds attributes with fixed values to every measurement,
 // to tell apart the Metrics of several limiters on one meter: for example
 // attribute.String("limiter", "api") on one and ("limiter", "admin") on
-// the other. Their keys must not be those the instruments use themselves
-// (outcome, rule, scope, kind, and the labels of the sources' metrics:
-// node, via). The default is none. Later calls add to earlier ones.
+// the other. Their keys must not be those the instruments use themselves,
+// which core.IsMetricLabel names (outcome, rule, scope, kind, and the
+// labels of the sources' metrics: node, via, source). The default is none.
+// Later calls add to earlier ones.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
 	return option(func(c *config) { c.attrs = append(c.attrs, attrs...) })
 }
-
-// reserved are the attribute keys of the instruments.
-var reserved = map[attribute.Key]bool{"outcome": true, "rule": true, "scope": true, "kind": true, "node": true, "via": true}
 
 // isNil reports whether v is nil or holds a nil pointer, map, slice,
 // channel, function or interface: a meter that would fail on first use.

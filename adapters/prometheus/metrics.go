@@ -49,7 +49,7 @@ func New(opts ...Option) (*Metrics, error) {
 		o.apply(&cfg)
 	}
 	for name := range cfg.labels {
-		if reserved[name] {
+		if name == "le" || core.IsMetricLabel(name) { // le: the histogram's buckets
 			cfg.fail("WithConstLabels: label %q is one the series use", name)
 		}
 	}

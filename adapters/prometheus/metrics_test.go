@@ -53,6 +53,8 @@ func TestNewErrors(t *testing.T) {
 		{"decreasing buckets", []promlimit.Option{promlimit.WithBuckets([]float64{1, 0.5})}, "WithBuckets: bounds must increase, got 0.5 after 1"},
 		{"NaN bucket", []promlimit.Option{promlimit.WithBuckets([]float64{math.NaN()})}, "WithBuckets: bound 0 is NaN, want a finite number"},
 		{"reserved label", []promlimit.Option{promlimit.WithConstLabels(prometheus.Labels{"rule": "x"})}, `WithConstLabels: label "rule" is one the series use`},
+		{"source label", []promlimit.Option{promlimit.WithConstLabels(prometheus.Labels{"source": "x"})}, `WithConstLabels: label "source" is one the series use`},
+		{"histogram label", []promlimit.Option{promlimit.WithConstLabels(prometheus.Labels{"le": "x"})}, `WithConstLabels: label "le" is one the series use`},
 		{"invalid label", []promlimit.Option{promlimit.WithConstLabels(prometheus.Labels{"": "x"})}, `WithConstLabels: "" is not a valid label name for metric "rate_limiter_requests_total"`},
 	} {
 		if m, err := promlimit.New(tc.opts...); !errors.Is(err, core.ErrInvalidOption) || err.Error() != prefix+tc.want {

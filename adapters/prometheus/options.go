@@ -22,9 +22,6 @@ func (c *config) fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%w: promlimit: "+format, append([]any{core.ErrInvalidOption}, args...)...))
 }
 
-// reserved are the label names of the series.
-var reserved = map[string]bool{"outcome": true, "rule": true, "scope": true, "kind": true, "le": true, "node": true, "via": true}
-
 // Option configures Metrics; pass options to New, which applies them in
 // order.
 type Option interface{ apply(*config) }
@@ -52,9 +49,10 @@ func WithSources(sources ...core.MetricSource) Option {
 // apart the Metrics of several limiters in one process: for example
 // prometheus.Labels{"limiter": "api"} on one and {"limiter": "admin"} on
 // the other, each registered. The label names must be valid and must not
-// be those the series use themselves (outcome, rule, scope, kind, le, and
-// the labels of the sources' metrics: node, via). The default is none.
-// Later calls add to earlier ones.
+// be those the series use themselves: le, and those core.IsMetricLabel
+// names (outcome, rule, scope, kind, and the labels of the sources'
+// metrics: node, via, source). The default is none. Later calls add to
+// earlier ones.
 func WithConstLabels(labels prometheus.Labels) Option {
 	return option(func(c *config) {
 		if c.labels == nil {

@@ -290,8 +290,10 @@ func TestLoadAtStart(t *testing.T) {
 	}
 	metrics := map[string]float64{}
 	s.CollectMetrics(func(m core.Metric) {
-		if len(m.Labels) != 2 || m.Labels[1] != "postgres" {
+		if len(m.Labels) != 2 || m.Labels[0] != "source" || m.Labels[1] != "postgres" {
 			t.Errorf("metric %s has labels %q, want source=postgres", m.Name, m.Labels)
+		} else if !core.IsMetricLabel(m.Labels[0]) {
+			t.Errorf("metric %s has the label %q, which core.IsMetricLabel does not name: the metrics adapters would take it as a constant label", m.Name, m.Labels[0])
 		}
 		metrics[m.Name] = m.Value
 	})

@@ -75,6 +75,19 @@ func TestCollectMapping(t *testing.T) {
 	}
 }
 
+// Every label the store reports is one core.IsMetricLabel names, which the
+// metrics adapters refuse as a constant label.
+func TestCollectLabels(t *testing.T) {
+	breakers := map[string]core.BreakerState{"redis": core.BreakerOpen}
+	collect(Stats{}, breakers, true, func(m core.Metric) {
+		for i := 0; i < len(m.Labels); i += 2 {
+			if !core.IsMetricLabel(m.Labels[i]) {
+				t.Errorf("metric %s has the label %q, which core.IsMetricLabel does not name", m.Name, m.Labels[i])
+			}
+		}
+	})
+}
+
 func TestBreakerGauge(t *testing.T) {
 	for _, tc := range []struct {
 		state core.BreakerState
