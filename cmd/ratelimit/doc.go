@@ -2,8 +2,8 @@
 // Redis.
 //
 //	ratelimit validate FILE...
-//	ratelimit inspect -redis ADDR [-prefix P] -rules FILE -rule NAME [-plan PLAN] -key ID
-//	ratelimit reset   -redis ADDR [-prefix P] -rules FILE -rule NAME [-plan PLAN] -key ID
+//	ratelimit inspect -redis ADDR [-prefix P] [-secret-file F] -rules FILE -rule NAME [-plan PLAN] -key ID
+//	ratelimit reset   -redis ADDR [-prefix P] [-secret-file F] -rules FILE -rule NAME [-plan PLAN] -key ID
 //
 // validate parses each rules file (see package
 // github.com/bucketry/ratelimit/rules) and prints its rules as compiled:
@@ -20,6 +20,16 @@
 // rule's one bucket has the identity "*", the default -key for one. ADDR
 // is host:port, or several comma-separated for a Cluster. -timeout bounds
 // the Redis call (default 5s).
+//
+// A store made with WithHashedIdentities keys each bucket by
+// HMAC-SHA-256(secret, identity). inspect and reset then need the same
+// secret: the bytes of the file -secret-file names, exactly (a final
+// newline is part of the secret), or the value of the environment variable
+// RATELIMIT_IDENTITY_SECRET; giving both is a usage error. The secret is
+// never a flag's value, which other users see in ps and shells keep in
+// their history. Without it the command cannot tell that the store hashes
+// identities: it reads and deletes the key with the identity in clear,
+// which the limiter does not use, and reports a full bucket.
 //
 // The exit status is 0 on success, 1 when a file is invalid or Redis
 // fails, 2 for a usage error.

@@ -19,15 +19,25 @@ import (
 
 const usage = `usage:
   ratelimit validate FILE...
-  ratelimit inspect -redis ADDR [-prefix P] -rules FILE -rule NAME [-plan PLAN] -key ID
-  ratelimit reset   -redis ADDR [-prefix P] -rules FILE -rule NAME [-plan PLAN] -key ID
+  ratelimit inspect -redis ADDR [-prefix P] [-secret-file F] -rules FILE -rule NAME [-plan PLAN] -key ID
+  ratelimit reset   -redis ADDR [-prefix P] [-secret-file F] -rules FILE -rule NAME [-plan PLAN] -key ID
 
 validate  parses each rules file (.yaml, .yml, .json) and prints its rules as compiled
 inspect   reads a bucket in Redis without consuming: remaining tokens and time to full
 reset     deletes a bucket in Redis, which is then full
 
+A store made with WithHashedIdentities keys each bucket by an HMAC of the identity. Give
+inspect and reset its secret: the bytes of the file -secret-file names (a final newline is
+part of them), or the value of ` + secretEnv + `; never a flag's value, which
+others can see. Without it they read and delete a key with the identity in clear, which the
+limiter does not use, and report a full bucket.
+
 Exit status: 0 on success, 1 when a file is invalid or Redis fails, 2 for a usage error.
 `
+
+// secretEnv is the environment variable that may hold the secret of a
+// store that hashes identities (goredis.WithHashedIdentities).
+const secretEnv = "RATELIMIT_IDENTITY_SECRET"
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -127,6 +137,7 @@ func bucketCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	name := fs.String("rule", "", "the rule's name")
 	plan := fs.String("plan", "", "the rule's plan, when rules of that name exist for several plans")
 	key := fs.String("key", "", `the identity: a user id, an IP, an endpoint, a dimension's value; "*" for a global rule (the default for one)`)
+	secretFile := fs.String("secret-file", "", "a file whose bytes, exactly, are the secret of a store made with WithHashedIdentities (or set $"+secretEnv+")")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the Redis call")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -173,6 +184,13 @@ func bucketCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	if *prefix != "" {
 		opts = append(opts, goredis.WithPrefix(*prefix))
 	}
+	secret, hashed, err := identitySecret(cmd, *secretFile)
+	if err != nil {
+		return err
+	}
+	if hashed {
+		opts = append(opts, goredis.WithHashedIdentities(secret))
+	}
 	store, err := goredis.Open(&redis.UniversalOptions{Addrs: strings.Split(*addr, ",")}, opts...)
 	if err != nil {
 		return err
@@ -205,6 +223,27 @@ func bucketCommand(ctx context.Context, cmd string, args []string, stdout, stder
 	fmt.Fprintf(stdout, "reset in:  %v\n", s.ResetAfter)
 	fmt.Fprintf(stdout, "at:        %s\n", t.At.UTC().Format(time.RFC3339Nano))
 	return nil
+}
+
+// identitySecret returns the secret of a store that hashes identities:
+// the bytes of file when given, else the value of secretEnv when set and
+// not empty; hashed is false when neither is. The secret is never a flag's
+// value, which ps and shell histories show.
+func identitySecret(cmd, file string) (secret []byte, hashed bool, err error) {
+	env := os.Getenv(secretEnv)
+	switch {
+	case file != "" && env != "":
+		return nil, false, fmt.Errorf("%w: %s: -secret-file and %s both give the identity secret: give one", errUsage, cmd, secretEnv)
+	case file != "":
+		secret, err = os.ReadFile(file)
+		if err != nil {
+			return nil, false, fmt.Errorf("-secret-file: %w", err)
+		}
+		return secret, true, nil
+	case env != "":
+		return []byte(env), true, nil
+	}
+	return nil, false, nil
 }
 
 // findRule returns the rule of p named name, of plan plan when given.

@@ -60,6 +60,7 @@ global     global    token_bucket 50000/1s burst 100000  *     *            fals
 }
 
 func TestUsage(t *testing.T) {
+	t.Setenv(secretEnv, "") // the runner's own would change "missing secret file"
 	rulesFile := limitsFile
 	for _, tc := range []struct {
 		name string
@@ -76,6 +77,8 @@ func TestUsage(t *testing.T) {
 			`ratelimit: no rule "nope" (the rules are ["user.free" "user.pro" "search" "global"])`},
 		{"missing key", []string{"inspect", "-redis", "127.0.0.1:1", "-rules", rulesFile, "-rule", "search"}, 2,
 			`ratelimit: inspect: missing -key (rule "search" counts per endpoint)`},
+		{"missing secret file", []string{"inspect", "-redis", "127.0.0.1:1", "-rules", rulesFile, "-rule", "search", "-key", "/x", "-secret-file", rulesFile + ".missing"}, 1,
+			"ratelimit: -secret-file: open " + rulesFile + ".missing: "},
 		{"bad rules file", []string{"inspect", "-redis", "127.0.0.1:1", "-rules", rulesFile + ".missing", "-rule", "x", "-key", "a"}, 1,
 			"ratelimit: rules: " + rulesFile + ".missing: open "},
 	} {

@@ -46,8 +46,16 @@ func TestMain(m *testing.M) {
 // output.
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runEnv(t, nil, args...)
+}
+
+// runEnv runs the command as runCmd does, with env ("NAME=value") added to
+// the environment.
+func runEnv(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := exec.Command(command, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	var exit *exec.ExitError
@@ -70,21 +78,20 @@ func mustOut(t *testing.T, args ...string) string {
 	return out
 }
 
-// Tokens taken through a limiter on a real Redis show in inspect; reset
-// fills the bucket again.
-func TestInspectReset(t *testing.T) {
-	srv := redistest.Standalone(t)
-	rulesFile := limitsFile
-	policy, err := rules.Load(rulesFile)
+// takeThree opens a store on the Redis at addr with opts, makes a limiter
+// of the test rules on it, and takes 3 of the 10 tokens of alice's
+// user.free bucket.
+func takeThree(t *testing.T, addr string, opts ...goredis.Option) (*goredis.Store, *core.Limiter) {
+	t.Helper()
+	policy, err := rules.Load(limitsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const prefix = "{cli}"
-	store, err := goredis.Open(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, goredis.WithPrefix(prefix), goredis.WithTimeout(time.Second))
+	store, err := goredis.Open(&redis.UniversalOptions{Addrs: []string{addr}}, append(opts, goredis.WithTimeout(time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
 	limiter, err := core.NewLimiter(policy, core.WithStore(store), core.WithFailureMode(core.FailClosed))
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +102,16 @@ func TestInspectReset(t *testing.T) {
 			t.Fatalf("Allow #%d = %+v, %v", i, d, err)
 		}
 	}
+	return store, limiter
+}
+
+// Tokens taken through a limiter on a real Redis show in inspect; reset
+// fills the bucket again.
+func TestInspectReset(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rulesFile := limitsFile
+	const prefix = "{cli}"
+	store, limiter := takeThree(t, srv.Addr, goredis.WithPrefix(prefix))
 
 	args := func(cmd string) []string {
 		return []string{cmd, "-redis", srv.Addr, "-prefix", prefix, "-rules", rulesFile, "-rule", "user.free", "-key", "alice"}
@@ -137,5 +154,56 @@ func TestInspectReset(t *testing.T) {
 	}
 	if code, _, errOut := runCmd(t, "inspect", "-redis", "127.0.0.1:1", "-timeout", "200ms", "-rules", rulesFile, "-rule", "global"); code != 1 || !strings.Contains(errOut, "ratelimit: inspect ratelimit:") {
 		t.Errorf("inspect on a closed port: status %d, stderr %q; want 1 and the failure", code, errOut)
+	}
+}
+
+// Against a store that hashes identities, inspect and reset given its
+// secret, in a file or in the environment, act on the bucket the limiter
+// uses.
+func TestInspectResetHashedIdentities(t *testing.T) {
+	srv := redistest.Standalone(t)
+	secret := "a secret that ends in a newline\n"
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store, limiter := takeThree(t, srv.Addr, goredis.WithHashedIdentities([]byte(secret)))
+	alice := core.Request{User: "alice", Plan: "free"}
+	key := store.Key("user.free", "alice")
+	bucket := []string{"-redis", srv.Addr, "-rules", limitsFile, "-rule", "user.free", "-key", "alice"}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		flag []string
+	}{
+		{"environment", []string{"RATELIMIT_IDENTITY_SECRET=" + secret}, nil},
+		{"file", nil, []string{"-secret-file", secretFile}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runEnv(t, tc.env, append(append([]string{"inspect"}, tc.flag...), bucket...)...)
+			if code != 0 || !strings.Contains(out, "redis key: "+key+"\n") || !strings.Contains(out, "remaining: 7 of 10\n") {
+				t.Fatalf("inspect: status %d, stdout %q, stderr %q; want the key %s, remaining 7 of 10", code, out, errOut, key)
+			}
+			code, out, errOut = runEnv(t, tc.env, append(append([]string{"reset"}, tc.flag...), bucket...)...)
+			if code != 0 || !strings.HasPrefix(out, "reset "+key+": ") {
+				t.Fatalf("reset: status %d, stdout %q, stderr %q; want the key %s reset", code, out, errOut, key)
+			}
+			d, err := limiter.Allow(context.Background(), alice)
+			if err != nil || d.Remaining != 9 {
+				t.Errorf("Allow after reset = remaining %d, %v; want 9", d.Remaining, err)
+			}
+			// Back to 3 taken, for the next case.
+			for range 2 {
+				limiter.Allow(context.Background(), alice)
+			}
+		})
+	}
+	code, _, errOut := runEnv(t, []string{"RATELIMIT_IDENTITY_SECRET=" + secret}, append([]string{"inspect", "-secret-file", secretFile}, bucket...)...)
+	if code != 2 || !strings.Contains(errOut, "ratelimit: inspect: -secret-file and RATELIMIT_IDENTITY_SECRET both give the identity secret: give one\n") {
+		t.Errorf("inspect with two secrets: status %d, stderr %q; want 2 and a usage error", code, errOut)
+	}
+	code, _, errOut = runEnv(t, []string{"RATELIMIT_IDENTITY_SECRET=short"}, append([]string{"inspect"}, bucket...)...)
+	if code != 1 || !strings.Contains(errOut, "16 bytes") {
+		t.Errorf("inspect with a short secret: status %d, stderr %q; want 1 and the secret's length", code, errOut)
 	}
 }
