@@ -76,6 +76,7 @@
 package redisscript
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/hmac"
 	"crypto/sha1"
@@ -136,7 +137,8 @@ const MaxRawIdentity = 128
 // NewKeys returns a key namer. prefix must be non-empty. With hashAll, every
 // identity is replaced by HMAC-SHA-256(secret, identity), so raw user ids and
 // addresses never reach Redis; secret must then be at least 16 bytes (a plain
-// hash of an IPv4 address is reversed by trying all 2^32).
+// hash of an IPv4 address is reversed by trying all 2^32). It keeps a copy
+// of secret.
 func NewKeys(prefix string, hashAll bool, secret []byte) (*Keys, error) {
 	if prefix == "" {
 		return nil, fmt.Errorf("%w: key prefix must not be empty", core.ErrInvalidOption)
@@ -147,7 +149,7 @@ func NewKeys(prefix string, hashAll bool, secret []byte) (*Keys, error) {
 	if hashAll && len(secret) < 16 {
 		return nil, fmt.Errorf("%w: hashing identities needs a secret of at least 16 bytes, got %d", core.ErrInvalidOption, len(secret))
 	}
-	return &Keys{prefix: prefix, secret: secret, hashed: hashAll}, nil
+	return &Keys{prefix: prefix, secret: bytes.Clone(secret), hashed: hashAll}, nil
 }
 
 // Prefix returns the key prefix.

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,8 +75,10 @@ func (c *Config) Fail(format string, args ...any) {
 // Prefix sets the key prefix.
 func Prefix(p string) func(*Config) { return func(c *Config) { c.prefix = p } }
 
-// HashedIdentities hashes every identity with secret.
+// HashedIdentities hashes every identity with secret, a copy of which it
+// keeps: a caller may wipe its own after the option is made.
 func HashedIdentities(secret []byte) func(*Config) {
+	secret = bytes.Clone(secret)
 	return func(c *Config) { c.hashAll, c.secret = true, secret }
 }
 

@@ -77,6 +77,29 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
+// TestSecretCopied: a caller that wipes its secret once the option is made,
+// or once the store is, changes no bucket's key.
+func TestSecretCopied(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	o := optFunc(HashedIdentities(secret))
+	s1, err := newStore(nopClient{}, testConfig(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := s1.Key("per-ip", "192.0.2.1")
+	clear(secret)
+	s2, err := newStore(nopClient{}, testConfig(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s1.Key("per-ip", "192.0.2.1"); got != want {
+		t.Errorf("the store's key changed with the caller's secret: %s, was %s", got, want)
+	}
+	if got := s2.Key("per-ip", "192.0.2.1"); got != want {
+		t.Errorf("a store made later from the option has key %s, want %s", got, want)
+	}
+}
+
 // TestConfigErrorsJoined: every problem is reported, not just the first.
 func TestConfigErrorsJoined(t *testing.T) {
 	_, err := newStore(nil, testConfig(nil, prefixOpt(""), clockOpt(nil)))
