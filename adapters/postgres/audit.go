@@ -226,7 +226,7 @@ type AuditStats struct {
 	Written     int64 // rows the database stored
 	Dropped     int64 // rows refused because the queue was full or the Audit closed
 	Thinned     int64 // rows left out by WithSampling or WithPerBucketInterval
-	Failed      int64 // rows lost with a batch that could not be written in WithRetryTimeout
+	Failed      int64 // rows lost with a batch that could not be written in WithRetryTimeout, or refused by the database
 	WriteErrors int64 // failed attempts to write a batch, retried or not
 	QueueDepth  int64 // rows queued now
 }
@@ -257,8 +257,8 @@ type violation struct {
 //     request's User, IP or Endpoint, "*" for a global rule, the
 //     dimension's value for a custom one): "per-user:42". A key longer than
 //     the column's 256 characters keeps its first 239 and ends with "#" and
-//     16 hex digits of the SHA-256 of the whole key, so distinct keys stay
-//     distinct.
+//     16 hex digits of the SHA-256 of the whole key as given, so distinct keys
+//     stay distinct.
 //   - user_id, ip_address, endpoint: the request's User, IP and Endpoint,
 //     NULL when empty; an IP that is neither an address nor a prefix (as
 //     keyfuncs' IPv6 grouping makes) is NULL; an endpoint is cut to 255
@@ -266,6 +266,11 @@ type violation struct {
 //   - requested_at: the decision's time (Decision.At, the store's clock).
 //   - tokens_at_time: the denying tier's Remaining.
 //   - rule_id: from WithRuleIDs, else NULL.
+//
+// PostgreSQL refuses text that is not UTF-8, or that holds NUL, and
+// core.CheckKey lets bytes that are not UTF-8 through: in bucket_key,
+// user_id and endpoint each run of such bytes, and each NUL, is written as
+// U+FFFD, the replacement character, before the text is measured and cut.
 //
 // A tier in shadow mode that would have denied (see core.WithShadow) is
 // written like the others, with shadow set to true, when the table has a
@@ -276,7 +281,11 @@ type violation struct {
 // are no violation.
 //
 // Writes are at least once: a batch whose COPY committed but whose answer
-// was lost is written again.
+// was lost is written again. A batch that the database refuses for the
+// data of some rows (an error of SQLSTATE class 22, bad data, or 23, a
+// constraint they break, a CHECK of your own say) is split in halves, each
+// written alone, down to the single rows it refuses: those are logged and
+// counted as failed, and the batch's other rows are written.
 type Audit struct {
 	pool *pgxpool.Pool
 	cfg  auditConfig
@@ -689,11 +698,19 @@ func (w *auditWriter) flush(ctx context.Context) (rows int) {
 		clear(w.batch) // let the strings go
 		w.batch = w.batch[:0]
 	}()
-	deadline := time.Now().Add(w.a.cfg.retryTimeout)
+	w.save(ctx, w.batch, time.Now().Add(w.a.cfg.retryTimeout))
+	return
+}
+
+// save writes rows, retrying with backoff until deadline, and counts as
+// failed those it could not write. Rows the database refuses for their
+// data are split in halves, each saved alone, down to the single rows it
+// refuses: one bad row costs no other its place in the log.
+func (w *auditWriter) save(ctx context.Context, rows []violation, deadline time.Time) {
 	backoff := auditMinBackoff
 	for attempt := 1; ; attempt++ {
-		err := w.write(ctx)
-		if err == nil {
+		var err error
+		if rows, err = w.write(ctx, rows); err == nil {
 			return
 		}
 		w.a.writeErrors.Add(1)
@@ -703,7 +720,7 @@ func (w *auditWriter) flush(ctx context.Context) (rows int) {
 			// foreign_key_violation: WithRuleIDs named a rule deleted
 			// since; the rows are worth more than their rule_id.
 			w.noRuleID = true
-			err = w.write(ctx)
+			rows, err = w.write(ctx, rows)
 			w.noRuleID = false
 			if err == nil {
 				return
@@ -711,12 +728,20 @@ func (w *auditWriter) flush(ctx context.Context) (rows int) {
 			w.a.writeErrors.Add(1)
 		}
 		wait := min(backoff, time.Until(deadline))
-		lost := ctx.Err() != nil || wait <= 0 || permanentWriteError(err)
+		permanent := permanentWriteError(err)
+		split := permanent && len(rows) > 1 && ctx.Err() == nil
+		lost := !split && (permanent || ctx.Err() != nil || wait <= 0)
 		w.a.log.Log(ctx, slog.LevelWarn, "audit:write", "pglimit: writing violation rows failed",
-			slog.Int("rows", len(w.batch)), slog.Int("attempt", attempt), slog.Bool("dropped", lost),
+			slog.Int("rows", len(rows)), slog.Int("attempt", attempt), slog.Bool("dropped", lost),
 			slog.String("error", err.Error()))
+		if split {
+			half := len(rows) / 2
+			w.save(ctx, rows[:half], deadline)
+			w.save(ctx, rows[half:], deadline)
+			return
+		}
 		if lost {
-			w.a.failed.Add(int64(len(w.batch)))
+			w.a.failed.Add(int64(len(rows)))
 			return
 		}
 		t := time.NewTimer(wait)
@@ -741,20 +766,19 @@ var (
 	auditShadowColumns = append(auditColumns[:len(auditColumns):len(auditColumns)], "shadow")
 )
 
-// write copies the batch into the table in one COPY, which stores every
-// row or none.
-func (w *auditWriter) write(ctx context.Context) error {
+// write copies rows into the table in one COPY, which stores every row or
+// none, and returns rows without those it leaves out.
+func (w *auditWriter) write(ctx context.Context, rows []violation) ([]violation, error) {
 	if !w.checked {
 		var ok bool
 		err := w.a.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
 			WHERE table_schema = current_schema() AND table_name = $1 AND column_name = 'shadow' AND data_type = 'boolean')`,
 			violationTable).Scan(&ok)
 		if err != nil {
-			return fmt.Errorf("pglimit: audit: reading the auditColumns of %s: %w", violationTable, err)
+			return rows, fmt.Errorf("pglimit: audit: reading the auditColumns of %s: %w", violationTable, err)
 		}
 		w.checked, w.shadowColumn = true, ok
 	}
-	rows := w.batch
 	cols := auditColumns
 	if w.shadowColumn {
 		cols = auditShadowColumns
@@ -771,18 +795,17 @@ func (w *auditWriter) write(ctx context.Context) error {
 		}
 		clear(rows[len(kept):])
 		rows = kept
-		w.batch = kept
 		if len(rows) == 0 {
-			return nil
+			return rows, nil
 		}
 	}
 	n, err := w.a.pool.CopyFrom(ctx, pgx.Identifier{violationTable}, cols,
 		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) { return w.values(&rows[i], len(cols)), nil }))
 	if err != nil {
-		return fmt.Errorf("pglimit: audit: writing %d rows to %s: %w", len(rows), violationTable, err)
+		return rows, fmt.Errorf("pglimit: audit: writing %d rows to %s: %w", len(rows), violationTable, err)
 	}
 	w.a.written.Add(n)
-	return nil
+	return rows, nil
 }
 
 // values returns v's column values in w.row, which CopyFrom encodes before
@@ -808,24 +831,28 @@ func (w *auditWriter) values(v *violation, n int) []any {
 	return r[:n]
 }
 
-// bucketKey is rule ":" identity, shortened to the column's length as
-// the Audit's documentation says.
+// bucketKey is rule ":" identity as text PostgreSQL takes (validText),
+// shortened to the column's length as the Audit's documentation says. The
+// hash is of the key as given, so that keys that differ only in the bytes
+// validText replaces stay distinct when shortened.
 func bucketKey(rule, identity string) string {
-	key := rule + ":" + identity
+	given := rule + ":" + identity
+	key := validText(given)
 	if utf8.RuneCountInString(key) <= bucketKeyLen {
 		return key
 	}
-	sum := sha256.Sum256([]byte(key))
+	sum := sha256.Sum256([]byte(given))
 	const suffix = 1 + 16
 	return truncateChars(key, bucketKeyLen-suffix) + "#" + hex.EncodeToString(sum[:8])
 }
 
-// nullText is s cut to limit characters (no limit when 0), or nil (NULL)
-// for "".
+// nullText is s as text PostgreSQL takes (validText), cut to limit
+// characters (no limit when 0), or nil (NULL) for "".
 func nullText(s string, limit int) any {
 	if s == "" {
 		return nil
 	}
+	s = validText(s)
 	if limit > 0 {
 		return truncateChars(s, limit)
 	}
@@ -833,12 +860,7 @@ func nullText(s string, limit int) any {
 }
 
 // truncateChars returns s's first n characters, or s when it has no more.
-// Invalid UTF-8 counts one byte per character and is replaced, as
-// PostgreSQL would refuse it.
 func truncateChars(s string, n int) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
 	i := 0
 	for j := range s {
 		if i == n {
@@ -847,6 +869,16 @@ func truncateChars(s string, n int) string {
 		i++
 	}
 	return s
+}
+
+// validText returns s with each run of bytes that is not UTF-8, and each
+// NUL, replaced by U+FFFD, the replacement character, which shows where:
+// PostgreSQL refuses either in a text column, and with it the whole COPY.
+func validText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // parseIP reads an address or a prefix for an INET column.

@@ -160,7 +160,9 @@ func TestBucketKey(t *testing.T) {
 		{"empty identity", "r", "", "r:"},
 		{"exactly 256", "r", strings.Repeat("x", 254), "r:" + strings.Repeat("x", 254)},
 		{"long", "per-user", long, ""},
-		{"invalid utf-8", "r", "\xff" + strings.Repeat("y", 300), ""},
+		{"invalid utf-8", "r", "\xff\xfea", "r:\uFFFDa"},
+		{"nul", "r", "a\x00b", "r:a\uFFFDb"},
+		{"long invalid utf-8", "r", "\xff" + strings.Repeat("y", 300), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,6 +225,93 @@ func TestAuditStaleRuleID(t *testing.T) {
 	}
 	if st := a.Stats(); st.Written != 2 || st.Failed != 0 || st.WriteErrors < 1 {
 		t.Errorf("Stats() = %+v, want 2 written, none failed, a write error", st)
+	}
+}
+
+// TestAuditInvalidUTF8: text that is not UTF-8, which PostgreSQL refuses,
+// is written with U+FFFD in place of each run of bad bytes, in the same
+// batch as the other requests' rows.
+func TestAuditInvalidUTF8(t *testing.T) {
+	srv, pool := migrated(t)
+	// One batch, written by Close.
+	a, err := pglimit.NewAudit(pool, pglimit.WithFlushInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := auditedLimiter(t, a, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: oneThenDeny})
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, req := range []core.Request{
+		{User: "alice", Endpoint: "/search"},
+		{User: "mallory\xff\xfe", Endpoint: "/s\xe9arch"},
+		{User: "bob", Endpoint: "/search"},
+	} {
+		for i, want := range []bool{true, false} {
+			if d, err := l.AllowAt(context.Background(), t0, req, 1); err != nil || d.Allowed != want {
+				t.Fatalf("AllowAt #%d (user %q) = %v, %v, want %v", i, req.User, d.Allowed, err, want)
+			}
+		}
+	}
+	closeAudit(t, a)
+	const at = "2030-01-02T03:04:05.000000"
+	want := []violationRow{
+		{"per-user:alice", "alice", "", "/search", at, "0", "", ""},
+		{"per-user:mallory\uFFFD", "mallory\uFFFD", "", "/s\uFFFDarch", at, "0", "", ""},
+		{"per-user:bob", "bob", "", "/search", at, "0", "", ""},
+	}
+	if got := readViolations(t, srv, false); !equalRows(got, want) {
+		t.Errorf("rows:\n%q\nwant\n%q", got, want)
+	}
+	if st := a.Stats(); st.Written != 3 || st.Failed != 0 {
+		t.Errorf("Stats() = %+v, want 3 written, none failed", st)
+	}
+}
+
+// TestAuditRefusedRows: rows the database refuses (here by a CHECK
+// constraint of the operator's) are counted as failed, one by one, and the
+// rest of their batch is written, also when failed batches are not
+// retried.
+func TestAuditRefusedRows(t *testing.T) {
+	srv, pool := migrated(t)
+	if err := srv.Exec(`ALTER TABLE RateLimitViolation ADD CONSTRAINT no_banned CHECK (user_id NOT LIKE 'banned%')`); err != nil {
+		t.Fatal(err)
+	}
+	users := []string{"u0", "banned1", "u2", "u3", "u4", "u5", "u6", "banned7", "u8"}
+	for _, tc := range []struct {
+		name string
+		opts []pglimit.AuditOption
+	}{
+		{"retried", nil},
+		{"not retried", []pglimit.AuditOption{pglimit.WithRetryTimeout(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := srv.Exec(`TRUNCATE RateLimitViolation`); err != nil {
+				t.Fatal(err)
+			}
+			// One batch, written by Close.
+			a, err := pglimit.NewAudit(pool, append([]pglimit.AuditOption{pglimit.WithFlushInterval(time.Hour)}, tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := auditedLimiter(t, a, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: oneThenDeny})
+			for _, u := range users {
+				for range 2 { // the second is denied
+					if _, err := l.Allow(context.Background(), core.Request{User: u}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			closeAudit(t, a)
+			var got []string
+			for _, r := range readViolations(t, srv, false) {
+				got = append(got, r.userID)
+			}
+			if want := []string{"u0", "u2", "u3", "u4", "u5", "u6", "u8"}; !slices.Equal(got, want) {
+				t.Errorf("user_id of the rows written = %q, want %q", got, want)
+			}
+			if st := a.Stats(); st.Written != 7 || st.Failed != 2 {
+				t.Errorf("Stats() = %+v, want 7 written and the 2 refused rows failed", st)
+			}
+		})
 	}
 }
 
