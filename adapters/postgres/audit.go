@@ -121,6 +121,11 @@ func WithFlushInterval(d time.Duration) AuditOption {
 // failed (DefaultRetryTimeout, 30s, when not given). d must be >= 0; 0
 // drops a batch at its first failure. Meanwhile rows queue, and Observe
 // drops what does not fit.
+//
+// Each attempt ends within d too, so that a database that takes the
+// connection and never answers holds the writer no longer. An attempt
+// made when no time is left (the one that 0 allows, the halves of a batch
+// refused for some of its rows, see Audit) has up to 5s.
 func WithRetryTimeout(d time.Duration) AuditOption {
 	return auditOptionFunc(func(c *auditConfig) {
 		if d < 0 {
@@ -687,6 +692,10 @@ const (
 	auditMaxBackoff = 5 * time.Second
 )
 
+// auditLateAttempt bounds an attempt that must be made after the batch's
+// retry deadline: see try.
+const auditLateAttempt = 5 * time.Second
+
 // flush writes the batch, retrying with backoff within WithRetryTimeout,
 // empties it and returns the number of rows it held (for pace).
 func (w *auditWriter) flush(ctx context.Context) (rows int) {
@@ -710,7 +719,7 @@ func (w *auditWriter) save(ctx context.Context, rows []violation, deadline time.
 	backoff := auditMinBackoff
 	for attempt := 1; ; attempt++ {
 		var err error
-		if rows, err = w.write(ctx, rows); err == nil {
+		if rows, err = w.try(ctx, rows, deadline, attempt == 1); err == nil {
 			return
 		}
 		w.a.writeErrors.Add(1)
@@ -720,7 +729,7 @@ func (w *auditWriter) save(ctx context.Context, rows []violation, deadline time.
 			// foreign_key_violation: WithRuleIDs named a rule deleted
 			// since; the rows are worth more than their rule_id.
 			w.noRuleID = true
-			rows, err = w.write(ctx, rows)
+			rows, err = w.try(ctx, rows, deadline, true)
 			w.noRuleID = false
 			if err == nil {
 				return
@@ -752,6 +761,20 @@ func (w *auditWriter) save(ctx context.Context, rows []violation, deadline time.
 		}
 		backoff = min(2*backoff, auditMaxBackoff)
 	}
+}
+
+// try writes rows once, by deadline: a database that never answers
+// holds them no longer than a failing one. An attempt that must be made
+// (the first of a batch or a half, the one without rule_id) but has no
+// time left gets auditLateAttempt: WithRetryTimeout(0) allows one attempt,
+// and the halves of a refused batch are not retries of it.
+func (w *auditWriter) try(ctx context.Context, rows []violation, deadline time.Time, must bool) ([]violation, error) {
+	if now := time.Now(); must && !now.Before(deadline) {
+		deadline = now.Add(auditLateAttempt)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return w.write(ctx, rows)
 }
 
 // permanentWriteError reports whether err is one that writing the same rows again

@@ -315,6 +315,38 @@ func TestObserveThinsAndDrops(t *testing.T) {
 	}
 }
 
+// TestAuditDatabaseHangs: a database that takes the connection and never
+// answers holds a batch for WithRetryTimeout, the attempt under way
+// included; the batch is then counted as failed, the writer goes on to the
+// next, and Close returns.
+func TestAuditDatabaseHangs(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	a, err := NewAudit(stuckPool(t), WithFlushInterval(time.Millisecond), WithRetryTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, a, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: oneThenDeny})
+	deny := func() {
+		if d, err := l.Allow(context.Background(), core.Request{User: "u"}); err != nil || d.Allowed {
+			t.Fatalf("Allow = %v, %v, want denied", d.Allowed, err)
+		}
+	}
+	l.Allow(context.Background(), core.Request{User: "u"}) //nolint:errcheck // the one admitted
+	start := time.Now()
+	deny()
+	waitFor(t, "the first batch to fail", func() bool { return a.Stats().Failed == 1 })
+	// A second of slack for a loaded machine; without a bound the batch
+	// never fails.
+	if took := time.Since(start); took > timeout+time.Second {
+		t.Errorf("the first batch failed %v after its row, want about WithRetryTimeout (%v)", took, timeout)
+	}
+	deny()
+	closeAudit(t, a)
+	if st := a.Stats(); st.Failed != 2 || st.WriteErrors != 2 || st.Written != 0 {
+		t.Errorf("after Close: Stats() = %+v, want both batches failed, one write error each", st)
+	}
+}
+
 // waitFor polls cond, which watches a goroutine of the code under test,
 // until it holds or 30s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
