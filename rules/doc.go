@@ -130,6 +130,9 @@
 //	rules: limits.yaml:12: rule "search": burst_capacity: must be >= 1, got 0
 //	rules: limits.yaml:20: rule #3: scope: "ip" disagrees with key_pattern "user:{user_id}", which is scope "user"
 //
+// [Error.Index] gives the rule's position. The cause of a name that two
+// rules share is a [*DuplicateError], which gives the other rule's.
+//
 // # Reloading
 //
 // Watch loads a file, puts its policy in force on a core.Limiter and reloads

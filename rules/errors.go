@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/bucketry/ratelimit/core"
 )
 
 // ErrInvalidSpec reports a rule or a file that breaks the schema itself: an
@@ -77,6 +79,39 @@ func CauseText(err error) string {
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// Index returns the position, from 0, of the rule at fault among the specs
+// given to Compile or CompileRules (the rules of the file, for Parse and
+// Load), and false for an error about no one rule (a top-level setting, a
+// file that cannot be read).
+func (e *Error) Index() (int, bool) { return e.index, e.Rule != "" && e.index >= 0 }
+
+// DuplicateError is the cause of an Error about a rule whose name an
+// earlier rule has on an overlapping plan (the same plan, or either for
+// every plan). It wraps core.ErrDuplicateRule.
+type DuplicateError struct {
+	Name    string // the name of both
+	Derived string // the key_pattern the later rule's name was derived from; "" when given
+	Other   int    // the earlier rule's position, from 0
+	Plan    string // the earlier rule's plan, "" for every plan
+}
+
+// Error formats the error as
+// `"search" is also rule #0's, for plan "free"; a name may repeat only on distinct plans`.
+func (e *DuplicateError) Error() string { return e.Naming("rule #" + strconv.Itoa(e.Other)) }
+
+// Naming returns the message of Error with other naming the earlier rule,
+// for a source that knows its rules by names of its own (a table's
+// rule_id).
+func (e *DuplicateError) Naming(other string) string {
+	if e.Derived != "" {
+		return fmt.Sprintf("the name %q derived from key_pattern %q is also %s's, for plan %q; give one of them a name", e.Name, e.Derived, other, e.Plan)
+	}
+	return fmt.Sprintf("%q is also %s's, for plan %q; a name may repeat only on distinct plans", e.Name, other, e.Plan)
+}
+
+// Unwrap returns core.ErrDuplicateRule.
+func (e *DuplicateError) Unwrap() error { return core.ErrDuplicateRule }
 
 // reason is a cause written for a field: its message is the text alone
 // ("must be >= 1, got 0"), and it wraps the sentinel.

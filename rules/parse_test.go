@@ -437,6 +437,49 @@ func TestDerivedNames(t *testing.T) {
 	}
 }
 
+// A clash of names is reported at the rule that clashes, whose position
+// Index gives, with the earlier rule's in its DuplicateError; a name may
+// repeat on distinct plans.
+func TestCompileRulesClash(t *testing.T) {
+	spec := func(name, pattern, plan string) rules.Spec {
+		return rules.Spec{Name: name, KeyPattern: pattern, Plan: plan, Rate: new(int64(1)), Period: rules.Duration(time.Second), BurstCapacity: 1}
+	}
+	for _, tc := range []struct {
+		name  string
+		specs []rules.Spec
+		index int
+		want  rules.DuplicateError
+	}{
+		{"on every plan", []rules.Spec{spec("x", "user:{id}", "free"), spec("x", "ip:{ip}", "pro"), spec("x", "global", "")},
+			2, rules.DuplicateError{Name: "x", Other: 0, Plan: "free"}},
+		{"on one plan", []rules.Spec{spec("x", "user:{id}", "free"), spec("y", "global", ""), spec("x", "ip:{ip}", "pro"), spec("x", "dim:{t}", "pro")},
+			3, rules.DuplicateError{Name: "x", Other: 2, Plan: "pro"}},
+		{"derived", []rules.Spec{spec("", "endpoint:/a/b", ""), spec("", "endpoint:/a.b", "")},
+			1, rules.DuplicateError{Name: "endpoint.a.b", Derived: "endpoint:/a.b", Other: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := rules.CompileRules(tc.specs)
+			e, ok := errors.AsType[*rules.Error](err)
+			if !ok {
+				t.Fatalf("CompileRules = %v, want an *Error", err)
+			}
+			if i, ok := e.Index(); i != tc.index || !ok {
+				t.Errorf("Index() = %d, %v, want %d, true", i, ok, tc.index)
+			}
+			d, ok := errors.AsType[*rules.DuplicateError](err)
+			if !ok || *d != tc.want || !errors.Is(err, core.ErrDuplicateRule) {
+				t.Errorf("CompileRules = %v, want a DuplicateError %+v wrapping core.ErrDuplicateRule", err, tc.want)
+			}
+		})
+	}
+	_, err := rules.Compile([]rules.Spec{spec("x", "user:{id}", "free")})
+	if e, ok := errors.AsType[*rules.Error](err); !ok || e.Field != "default_plan" {
+		t.Fatalf("Compile without default_plan = %v, want an *Error about default_plan", err)
+	} else if i, ok := e.Index(); ok {
+		t.Errorf("Index() of an error about default_plan = %d, true, want false", i)
+	}
+}
+
 // The seed's four example rows compile as a table adapter would pass them.
 func TestCompileSeedRows(t *testing.T) {
 	f := func(v float64) *float64 { return &v }

@@ -189,12 +189,9 @@ func CompileRules(specs []Spec) ([]core.Rule, error) {
 			if o.Name != r.Name || (o.Plan != r.Plan && o.Plan != "" && r.Plan != "") {
 				continue
 			}
-			var err error
-			switch {
-			case derived[i]:
-				err = because(core.ErrDuplicateRule, "the name %q derived from key_pattern %q is also rule #%d's, for plan %q; give one of them a name", r.Name, specs[i].KeyPattern, j, o.Plan)
-			default:
-				err = because(core.ErrDuplicateRule, "%q is also rule #%d's, for plan %q; a name may repeat only on distinct plans", r.Name, j, o.Plan)
+			err := &DuplicateError{Name: r.Name, Other: j, Plan: o.Plan}
+			if derived[i] {
+				err.Derived = specs[i].KeyPattern
 			}
 			return nil, &Error{index: i, Rule: label(i, &specs[i]), Field: "name", Err: err}
 		}

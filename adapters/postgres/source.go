@@ -777,27 +777,16 @@ func compile(specs []rules.Spec, ids []int64, plans core.Plans) (*core.Policy, e
 	if e.Field == "default_plan" {
 		return nil, fmt.Errorf("pglimit: WithPlans: %w", e.Err)
 	}
-	// A rule clashing with another: name it by rule_id.
-	i := -1
-	if n, found := strings.CutPrefix(e.Rule, "#"); found {
-		fmt.Sscan(n, &i)
-	} else {
-		// A clash is found at the second row of the name.
-		seen := false
-		for j := range specs {
-			if one, err := rules.CompileRules([]rules.Spec{specs[j]}); err == nil && one[0].Name == e.Rule {
-				if seen {
-					i = j
-					break
-				}
-				seen, i = true, j
-			}
-		}
-	}
-	if i < 0 || i >= len(specs) {
+	// A rule clashing with another: name both by rule_id.
+	i, ok := e.Index()
+	if !ok || i >= len(specs) {
 		return nil, fmt.Errorf("pglimit: RateLimitRule: %w", err)
 	}
-	return nil, &RowError{RuleID: ids[i], KeyPattern: specs[i].KeyPattern, Plan: specs[i].Plan, Column: column(e.Field), Err: e.Err}
+	cause := e.Err
+	if d, ok := errors.AsType[*rules.DuplicateError](cause); ok && d.Other < len(ids) {
+		cause = &reason{core.ErrDuplicateRule, d.Naming(fmt.Sprintf("rule_id %d", ids[d.Other]))}
+	}
+	return nil, &RowError{RuleID: ids[i], KeyPattern: specs[i].KeyPattern, Plan: specs[i].Plan, Column: column(e.Field), Err: cause}
 }
 
 // RowError reports a RateLimitRule row that cannot be a rule: which row,

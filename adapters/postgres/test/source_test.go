@@ -340,7 +340,11 @@ func TestBadRowsAtStart(t *testing.T) {
 		{"scope disagrees", "INSERT INTO RateLimitRule (key_pattern, scope, rate_per_second, burst_capacity, plan) VALUES ('user:{id}', 'ip', 1, 1, 'free')",
 			nil, "scope", rules.ErrInvalidSpec, `(key_pattern "user:{id}", plan "free"): scope: "ip" disagrees`},
 		{"duplicate name", "INSERT INTO RateLimitRule (name, key_pattern, scope, rate_per_second, burst_capacity) VALUES ('x', 'ip:{ip}', 'ip', 1, 1), ('x', 'user:{id}', 'user', 1, 1)",
-			nil, "name", core.ErrDuplicateRule, `(key_pattern "user:{id}"): name: "x" is also rule`},
+			nil, "name", core.ErrDuplicateRule, `(key_pattern "user:{id}"): name: "x" is also rule_id `},
+		// A name may repeat on distinct plans, not on a plan and every plan.
+		{"duplicate name on every plan", `INSERT INTO RateLimitRule (name, key_pattern, scope, rate_per_second, burst_capacity, plan) VALUES
+			('x', 'user:{id}', 'user', 1, 1, 'free'), ('x', 'ip:{ip}', 'ip', 1, 1, 'pro'), ('x', 'endpoint:{endpoint}', 'endpoint', 1, 1, NULL)`,
+			[]pglimit.Option{freePlan}, "name", core.ErrDuplicateRule, `(key_pattern "endpoint:{endpoint}"): name: "x" is also rule_id `},
 		{"plans without WithPlans", "INSERT INTO RateLimitRule (key_pattern, scope, rate_per_second, burst_capacity, plan) VALUES ('user:{id}', 'user', 1, 1, 'free')",
 			nil, "", core.ErrInvalidPlan, "pglimit: WithPlans: missing: the rules name plans"},
 		{"default plan of no row", "",
@@ -378,6 +382,17 @@ func TestBadRowsAtStart(t *testing.T) {
 			}
 			if re.RuleID != last || !strings.HasPrefix(err.Error(), fmt.Sprintf("pglimit: RateLimitRule rule_id %d ", last)) {
 				t.Errorf("NewSource error %q names rule_id %d, want the bad row, %d", err, re.RuleID, last)
+			}
+			if !errors.Is(err, core.ErrDuplicateRule) {
+				return
+			}
+			// Each clash here is with the first row named x.
+			var other int64
+			if err := pool.QueryRow(context.Background(), "SELECT min(rule_id) FROM RateLimitRule WHERE name = 'x'").Scan(&other); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("is also rule_id %d's", other); !strings.Contains(err.Error(), want) {
+				t.Errorf("NewSource error %q, want the row it clashes with named: %q", err, want)
 			}
 		})
 	}
