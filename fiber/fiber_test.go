@@ -249,6 +249,8 @@ func TestUseRoute(t *testing.T) {
 		}, "/items/new", both, `"GET /items/new" <nil>`},
 		{"app.Use, wildcard", func(app *fiber.App, mw fiber.Handler) { app.Use(mw); app.Get("/files/*", ok) },
 			"/files/a/b", both, `"GET /files/{*}" <nil>`},
+		{"app.Use, wildcard of nothing", func(app *fiber.App, mw fiber.Handler) { app.Use(mw); app.Get("/files/*", ok) },
+			"/files", both, `"GET /files/{*}" <nil>`},
 		{"app.Use, case and trailing slash", func(app *fiber.App, mw fiber.Handler) { app.Use(mw); app.Get("/Items/:id", ok) },
 			"/items/1/", both, `"GET /Items/{id}" <nil>`},
 	} {
@@ -298,6 +300,69 @@ func TestUseRoute(t *testing.T) {
 	resp, _ := appGet(t, app, "/nowhere")
 	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("RateLimit-Policy") != ipOnly {
 		t.Errorf("app.Use: GET /nowhere = %d, RateLimit-Policy %q; want 404 and %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"), ipOnly)
+	}
+}
+
+// TestUseRouteAsFiber: under app.Use, the route the middleware finds is
+// the one fiber routes the request to, "" when fiber answers 404, for
+// each route of plain syntax alone and for all of them in one app, where
+// the first that matches wins, under each CaseSensitive and StrictRouting:
+// fiber's "*" matches nothing too ("/files" reaches "/files/*"), a
+// pattern's final "/" is optional where parameters come before it
+// ("/items/1/sub" reaches "/items/:id/sub/" under StrictRouting, unlike
+// "/items/" for "/items"), and a route filed under a constant prefix of
+// three bytes is not found for a shorter path ("/a" does not reach
+// "/a/*").
+func TestUseRouteAsFiber(t *testing.T) {
+	rules := []core.Rule{{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1000)}}
+	// In this order in one app: "/+" and "/*" would take every path first.
+	patterns := []string{"/", "/items", "/items/", "/items/new", "/items/:id", "/items/:id/", "/items/:id/sub", "/items/:id/sub/",
+		"/files/*", "/p/+", "/a/*", "/a/:x/b/:y", "/x/:a/:b", "/d/:x//:y", "/Mixed/:ID", "/API", "/a/b", "/+", "/*"}
+	paths := []string{"/", "//", "/items", "/items/", "/items//", "/items/new", "/items/1", "/items/1/", "/ITEMS/1", "/items/1/2",
+		"/items/1/sub", "/items/1/sub/", "/items/1/sub//", "/files", "/files/", "/files/a/b", "/filesx", "/p", "/p/", "/p/x", "/p/x/y",
+		"/a", "/a/", "/a/b", "/a/1/b/2", "/a/1/b/", "/a/1/c/b/2", "/a/1//b/2", "/x/1/2", "/x/1/2/", "/x//2", "/d/1//2", "/d/:x//:y",
+		"/mixed/1", "/Mixed/1", "/api", "/API", "/api/", "/abc", "/wild/x/end"}
+	for _, cfg := range []fiber.Config{{}, {StrictRouting: true}, {CaseSensitive: true}, {CaseSensitive: true, StrictRouting: true}} {
+		apps := make([][]string, 0, len(patterns)+1)
+		for _, p := range patterns {
+			apps = append(apps, []string{p})
+		}
+		apps = append(apps, patterns)
+		for _, routes := range apps {
+			var route string
+			obs := core.WithObserver(func(_ context.Context, e *core.Event) { route = e.Request.Route })
+			mw, err := fiberlimit.New(flowtest.LimiterWith(t, []core.Option{obs}, rules...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := fibertest.NewApp(cfg)
+			app.Use(mw)
+			for _, p := range routes {
+				app.Get(p, func(c *fiber.Ctx) error { return c.SendString(flow.ColonRoute(c.Route().Path)) })
+			}
+			for _, p := range paths {
+				route = "unset"
+				r := httptest.NewRequest("GET", "/", nil)
+				r.RequestURI = p // as it is: NewRequest reads "//" as a host
+				resp, err := app.Test(r, -1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				reached := string(b)
+				if resp.StatusCode != http.StatusOK {
+					reached = ""
+				}
+				if route != reached {
+					t.Errorf("CaseSensitive %v, StrictRouting %v, routes %q: GET %s = %d, the middleware found route %q, fiber reached %q",
+						cfg.CaseSensitive, cfg.StrictRouting, routes, p, resp.StatusCode, route, reached)
+				}
+			}
+		}
 	}
 }
 
