@@ -82,8 +82,9 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 // a search of the router otherwise.
 // Outside chi (around a handler that is not a chi router, with no chi
 // routing context) the route is unknown, and a request to which a rule
-// that needs it could apply fails with flow.ErrRouteUnknown through the
-// error handler, rather than skipping that tier. A middleware that changes
+// that needs it could apply, or whose key, plan, cost or skip function
+// reads it, fails with flow.ErrRouteUnknown through the error handler,
+// rather than skipping that tier. A middleware that changes
 // how chi routes the request (middleware.StripSlashes,
 // middleware.CleanPath, middleware.GetHead) must run before this one, as
 // it would for any middleware that reads the route.

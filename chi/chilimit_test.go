@@ -287,8 +287,9 @@ func TestRouteGetHead(t *testing.T) {
 
 // TestRouteUnknown: around a handler that is not a chi router, outside
 // chi, the route is unknown: a request a rule that needs the route could
-// apply to fails with flow.ErrRouteUnknown (500, its handler not run),
-// and one whose rules need no route is limited as usual.
+// apply to, or whose key reads the route (keyfuncs.MethodAndRoute), fails
+// with flow.ErrRouteUnknown (500, its handler not run), and one whose
+// rules and keys need no route is limited as usual.
 func TestRouteUnknown(t *testing.T) {
 	var ran int
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran++ })
@@ -299,11 +300,20 @@ func TestRouteUnknown(t *testing.T) {
 	})
 	endpoint := flowtest.Limiter(t, core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 5)})
 	routed := flowtest.Limiter(t, core.Rule{Name: "search", Scope: core.ScopeIP, Routes: []string{"/search"}, Limit: core.TokenBucket(core.PerMinute(1), 5)})
-	for _, l := range []*core.Limiter{endpoint, routed} {
+	byRoute := flow.WithKey(core.ScopeEndpoint, keyfuncs.MethodAndRoute())
+	for _, tc := range []struct {
+		name string
+		l    *core.Limiter
+		opts []chilimit.Option
+	}{
+		{"endpoint", endpoint, nil},
+		{"routes", routed, nil},
+		{"endpoint keyed by MethodAndRoute", flowtest.Limiter(t, endpoint.Policy().Rules()...), []chilimit.Option{byRoute}},
+	} {
 		got, ran = nil, 0
-		h := newMiddleware(t, l, onError).Handler(next)
+		h := newMiddleware(t, tc.l, append(tc.opts, onError)...).Handler(next)
 		if w := do(h, "GET", "/search"); w.Code != 500 || !errors.Is(got, flow.ErrRouteUnknown) || ran != 0 {
-			t.Errorf("%v: GET /search = %d, err %v, handler ran %d; want 500, ErrRouteUnknown, 0", l.Policy().Rules()[0].Name, w.Code, got, ran)
+			t.Errorf("%s: GET /search = %d, err %v, handler ran %d; want 500, ErrRouteUnknown, 0", tc.name, w.Code, got, ran)
 		}
 	}
 	ran = 0

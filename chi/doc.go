@@ -58,8 +58,9 @@
 // "/admin/{*}"; mount the router itself and install such wrappers with
 // admin.Use or r.With. Outside chi (no chi routing context, around a
 // handler that is not a chi router) the route is unknown, and a request to
-// which a rule that needs it could apply fails with flow.ErrRouteUnknown
-// (500, through the error handler) instead of silently skipping that tier.
+// which a rule that needs it could apply, or whose key, plan, cost or skip
+// function reads it, fails with flow.ErrRouteUnknown (500, through the
+// error handler) instead of silently skipping that tier.
 //
 // Install the middleware after the middlewares that change how chi routes
 // (middleware.StripSlashes, middleware.CleanPath, middleware.GetHead), and

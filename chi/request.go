@@ -21,7 +21,7 @@ var (
 	_ keyfuncs.Request                  = request{}
 	_ flow.NativeRequest[*http.Request] = request{}
 	_ flow.RouteReporter                = request{}
-	_ flow.RouteReporter                = (*lazyView)(nil)
+	_ flow.RouteReadReporter            = (*lazyView)(nil)
 )
 
 // Context returns the request's context.
@@ -60,8 +60,9 @@ func (v request) Native() *http.Request { return v.r }
 // lazyView is the view of a request whose route the middleware resolves
 // (see Middleware.Handler) when something first reads it (see
 // flow.RouteOnRead). Where the route cannot be told (outside chi) Route is
-// "" and RouteKnown false, so that a rule that needs the route fails the
-// request with flow.ErrRouteUnknown rather than silently not applying.
+// "" and RouteKnown false, so that a rule that needs the route, or a
+// function that reads it, fails the request with flow.ErrRouteUnknown
+// rather than silently not applying.
 // The middleware takes views from views.
 type lazyView struct {
 	request
@@ -71,10 +72,7 @@ type lazyView struct {
 var views = sync.Pool{New: func() any { return new(lazyView) }}
 
 // Route returns the route, resolved when first asked for.
-func (v *lazyView) Route() string {
-	p, _ := v.Pattern()
-	return flow.BraceRoute(p)
-}
+func (v *lazyView) Route() string { return flow.BraceRoute(v.RoutePattern()) }
 
 // RouteKnown reports whether the middleware can tell the route.
 func (v *lazyView) RouteKnown() bool {

@@ -76,8 +76,9 @@
 //
 // A request view whose route cannot be told reports so
 // (flow.RouteReporter): then a request to which a tier that needs the
-// route applies fails with flow.ErrRouteUnknown through the error handler,
-// rather than skipping the tier. Under Echo's ServeHTTP that never
+// route applies, or whose key, plan, cost or skip function reads it, fails
+// with flow.ErrRouteUnknown through the error handler, rather than
+// skipping the tier. Under Echo's ServeHTTP that never
 // happens; it takes an echo.Context with no Echo instance.
 //
 // # Installed twice

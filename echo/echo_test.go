@@ -332,25 +332,29 @@ type noEcho struct{ echo.Context }
 func (noEcho) Echo() *echo.Echo { return nil }
 
 // TestRouteUnknown: when the route cannot be told, a request to which a
-// tier that needs it applies fails with flow.ErrRouteUnknown instead of
-// skipping the tier; one to which none does is decided.
+// tier that needs it applies, or whose key reads it, fails with
+// flow.ErrRouteUnknown instead of skipping the tier; one to which none
+// does is decided.
 func TestRouteUnknown(t *testing.T) {
 	var got error
 	onError := echolimit.WithErrorHandler(func(c echo.Context, err error) error {
 		got = err
 		return nil
 	})
+	endpoint := core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerHour(1), 5)}
 	for _, tc := range []struct {
 		name   string
 		rule   core.Rule
+		opts   []echolimit.Option
 		status int
 	}{
-		{"endpoint tier", core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerHour(1), 5)}, 500},
-		{"route tier", core.Rule{Name: "search", Scope: core.ScopeIP, Routes: []string{"/search"}, Limit: core.TokenBucket(core.PerHour(1), 5)}, 500},
-		{"ip tier", core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 5)}, 200},
+		{"endpoint tier", endpoint, nil, 500},
+		{"endpoint tier, a key that reads the route", endpoint, []echolimit.Option{flow.WithKey(core.ScopeEndpoint, keyfuncs.MethodAndRoute())}, 500},
+		{"route tier", core.Rule{Name: "search", Scope: core.ScopeIP, Routes: []string{"/search"}, Limit: core.TokenBucket(core.PerHour(1), 5)}, nil, 500},
+		{"ip tier", core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 5)}, nil, 200},
 	} {
 		got = nil
-		mw := newMiddleware(t, flowtest.Limiter(t, tc.rule), onError)
+		mw := newMiddleware(t, flowtest.Limiter(t, tc.rule), append(tc.opts, onError)...)
 		e := newEcho()
 		w := httptest.NewRecorder()
 		c := e.NewContext(httptest.NewRequest("GET", "/search", nil), w)

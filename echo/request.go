@@ -20,15 +20,16 @@ type request struct {
 	c      echo.Context
 	routes *routeTables // the middleware's, to tell Echo's 404 routes
 
-	route    string // in the shared form, once resolved
-	known    bool
-	resolved bool
+	route       string // in the shared form, once resolved
+	known       bool
+	resolved    bool
+	readUnknown bool // Route was read, and the route cannot be told
 }
 
 var (
 	_ keyfuncs.Request                 = (*request)(nil)
 	_ flow.NativeRequest[echo.Context] = (*request)(nil)
-	_ flow.RouteReporter               = (*request)(nil)
+	_ flow.RouteReadReporter           = (*request)(nil)
 )
 
 // Context returns the context of the net/http request, the one that ends
@@ -49,8 +50,13 @@ func (v *request) Method() string { return v.c.Request().Method }
 // resolveRoute says.
 func (v *request) Route() string {
 	v.resolve()
+	v.readUnknown = v.readUnknown || !v.known
 	return v.route
 }
+
+// RouteReadUnknown reports whether Route was read while the route cannot
+// be told: the request then fails with flow.ErrRouteUnknown.
+func (v *request) RouteReadUnknown() bool { return v.readUnknown }
 
 // RouteKnown reports whether Route says which route the request reaches:
 // false only for an echo.Context with no Echo instance to ask, which no

@@ -44,8 +44,9 @@
 // endpoint tiers do not apply to it, and the others do. If a route of
 // another syntax (an optional parameter, a constraint such as ":id<int>",
 // a parameter within a segment) comes first, the route cannot be told,
-// and a request that a route-scoped or endpoint rule could apply to fails
-// with flow.ErrRouteUnknown (500 through the error handler) rather than
+// and a request that a route-scoped or endpoint rule could apply to, or
+// whose key, plan, cost or skip function reads the route, fails with
+// flow.ErrRouteUnknown (500 through the error handler) rather than
 // skip the tier: install the middleware on such a route itself,
 // app.Get("/n/:id<int>", rl, h), where fiber has matched it. The route is
 // looked for only when something reads it: a rule limited to routes, an

@@ -210,7 +210,8 @@ func appGet(t *testing.T, app *fiber.App, path string, kv ...string) (*http.Resp
 // the endpoint tier is keyed by the route with the group's prefix, in the
 // shared form. A route whose syntax the middleware does not match (a
 // constraint) coming first makes the route unknown: the request fails
-// rather than skip the endpoint tier.
+// rather than skip the endpoint tier, whether the endpoint is keyed by the
+// route by default or by a key function that reads it.
 func TestUseRoute(t *testing.T) {
 	rules := []core.Rule{
 		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1)},
@@ -274,19 +275,26 @@ func TestUseRoute(t *testing.T) {
 			}
 		})
 	}
-	t.Run("app.Use, a constraint first", func(t *testing.T) {
-		mw, err := fiberlimit.New(flowtest.Limiter(t, rules...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		app := fibertest.NewApp()
-		app.Use(mw)
-		app.Get("/n/:id<int>", ok)
-		resp, _ := appGet(t, app, "/n/7")
-		if resp.StatusCode != http.StatusInternalServerError {
-			t.Errorf("GET /n/7 = %d, want 500: the route cannot be told", resp.StatusCode)
-		}
-	})
+	// The endpoint keyed by the route by default, or by a key function
+	// that reads it.
+	for name, opts := range map[string][]fiberlimit.Option{
+		"app.Use, a constraint first":                             nil,
+		"app.Use, a constraint first, a key that reads the route": {flow.WithKey(core.ScopeEndpoint, keyfuncs.MethodAndRoute())},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mw, err := fiberlimit.New(flowtest.Limiter(t, rules...), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			app := fibertest.NewApp()
+			app.Use(mw)
+			app.Get("/n/:id<int>", ok)
+			resp, _ := appGet(t, app, "/n/7")
+			if resp.StatusCode != http.StatusInternalServerError {
+				t.Errorf("GET /n/7 = %d, want 500: the route cannot be told", resp.StatusCode)
+			}
+		})
+	}
 	// Under app.Use, a path no route matches still passes the middleware
 	// (and takes a per-ip token) before fiber's 404; it gets no endpoint
 	// bucket.

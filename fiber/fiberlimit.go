@@ -42,7 +42,8 @@ type middleware struct {
 // the method and selects the rules limited to routes (core.Rule.Routes).
 // If a route of another syntax (an optional parameter, a constraint, a
 // parameter within a segment) comes first, the route is unknown, and a
-// request that a route-scoped or endpoint rule could apply to fails with
+// request that a route-scoped or endpoint rule could apply to, or whose
+// key, plan, cost or skip function reads the route, fails with
 // flow.ErrRouteUnknown rather than skipping the tier: install the
 // middleware on such routes themselves, app.Get("/items/:id<int>", mw, h),
 // where fiber has matched the route. The same middleware installed twice

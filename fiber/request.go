@@ -29,8 +29,8 @@ import (
 type request struct{ c *fiber.Ctx }
 
 var (
-	_ keyfuncs.Request   = request{}
-	_ flow.RouteReporter = (*useView)(nil)
+	_ keyfuncs.Request       = request{}
+	_ flow.RouteReadReporter = (*useView)(nil)
 )
 
 // Context returns c.UserContext(): context.Background() unless a handler
@@ -111,10 +111,11 @@ func (v request) RouteKnown() bool { return true }
 // request.
 type useView struct {
 	request
-	rt       *fiber.Route
-	route    string
-	known    bool
-	resolved bool
+	rt          *fiber.Route
+	route       string
+	known       bool
+	resolved    bool
+	readUnknown bool // Route was read, and the route cannot be told
 }
 
 func (v *useView) resolve() {
@@ -125,11 +126,16 @@ func (v *useView) resolve() {
 }
 
 // Route returns the route the request will reach, or "" for none or when
-// it cannot be told.
+// it cannot be told, which it records for RouteReadUnknown.
 func (v *useView) Route() string {
 	v.resolve()
+	v.readUnknown = v.readUnknown || !v.known
 	return v.route
 }
+
+// RouteReadUnknown reports whether Route was read while the route cannot
+// be told: the request then fails with flow.ErrRouteUnknown.
+func (v *useView) RouteReadUnknown() bool { return v.readUnknown }
 
 // RouteKnown reports whether resolve could tell the route.
 func (v *useView) RouteKnown() bool {

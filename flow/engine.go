@@ -10,6 +10,7 @@ import (
 	"net/textproto"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,13 @@ type Engine struct {
 type policyNeeds struct {
 	policy *core.Policy
 	rule   string // "" for none
+	// routeKey names, for ErrRouteUnknown's message, a key function given
+	// per route (WithRouteKey) whose selector needs the route, of a scope
+	// an enabled rule limits; "" for none.
+	routeKey string
+	// when is whether an enabled rule has a When predicate, which may read
+	// the route through the view.
+	when bool
 	// route is whether deciding reads the request's route: a rule needs
 	// it (rule), has a When predicate (which may read core.Request.Route),
 	// a key function is chosen by route, or an observer is given the
@@ -308,6 +316,15 @@ type Result struct {
 // router's match to find (nethttp around a ServeMux, chi before routing,
 // fiber under app.Use) finds it only if a key, plan, cost or skip function
 // asks.
+//
+// Where the middleware cannot tell the route (RouteKnown reports false),
+// the request fails with ErrRouteUnknown if anything needs it: a rule
+// limited to routes, an endpoint rule keyed by the route, a key function
+// given per route, or a function that reads the view's Route (a key, plan,
+// cost or skip function, or a When predicate through flow.When), which a
+// RouteReadReporter reports. Such a function would otherwise read "" as
+// no route, and key, or skip, a tier on that. Observers, and a When
+// predicate that reads core.Request.Route, get "".
 func (e *Engine) Check(r keyfuncs.Request, res *Result) {
 	e.check(r, res)
 	if res.Err != nil && (res.Outcome == BadInput || res.Outcome == Failed) {
@@ -334,30 +351,54 @@ func (e *Engine) logFailure(r keyfuncs.Request, res *Result) {
 }
 
 func (e *Engine) check(r keyfuncs.Request, res *Result) {
+	// A view whose route may be unknown records whether a function read
+	// it all the same.
+	reads, _ := r.(RouteReadReporter)
 	if e.skip != nil && e.skip(r) {
+		if reads != nil && reads.RouteReadUnknown() {
+			*res = e.routeUnknown(readers)
+			return
+		}
 		*res = Result{Outcome: Skipped}
 		return
 	}
 	needs := e.needs()
 	req := core.Request{Method: r.Method(), View: r}
+	known := true // the route, when the policy needs it
 	if needs.route {
 		// Only then: finding the route may cost the adapter a match of the
 		// router's (nethttp's mux), and the view still answers a key
 		// function, plan or skip function that asks.
-		if rr, ok := r.(RouteReporter); ok && !rr.RouteKnown() && needs.rule != "" {
-			*res = e.routeUnknown(needs.rule)
+		if rr, ok := r.(RouteReporter); ok {
+			known = rr.RouteKnown()
+		}
+		switch {
+		case known:
+			req.Route = r.Route()
+			if req.Route == "" {
+				req.Route = r.FullMethod() // gRPC: the method is the route
+			}
+		case needs.rule != "":
+			*res = e.routeUnknown("rule " + strconv.Quote(needs.rule))
+			return
+		case needs.routeKey != "":
+			*res = e.routeUnknown(needs.routeKey)
 			return
 		}
-		req.Route = r.Route()
-		if req.Route == "" {
-			req.Route = r.FullMethod() // gRPC: the method is the route
-		}
+		// Unknown, and needed only by observers and When predicates:
+		// they get "", and a predicate that reads the view's Route fails
+		// the request below.
 	}
 	for i := range e.keys {
 		if !needs.keyed[i] {
 			continue
 		}
 		k := &e.keys[i]
+		if !known && k.scope == core.ScopeEndpoint && e.endpointByRoute {
+			// Keyed for When predicates only (an endpoint rule has failed
+			// the request above): by the route, which they get as "".
+			continue
+		}
 		fn := k.fn
 		for j := range k.routes {
 			if k.routes[j].sel.Match(req.Method, req.Route) {
@@ -411,10 +452,22 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 		}
 		cost = c
 	}
+	if reads != nil && reads.RouteReadUnknown() {
+		*res = e.routeUnknown(readers)
+		return
+	}
 	ctx := r.Context()
 	res.Outcome, res.Err = Proceed, nil
 	d := &res.Decision
-	if err := e.limiter.Decide(ctx, &req, cost, d); err != nil {
+	err := e.limiter.Decide(ctx, &req, cost, d)
+	if needs.when && reads != nil && reads.RouteReadUnknown() {
+		// A When predicate read it, while the limiter decided: what the
+		// decision took stays taken, as it will for every such request
+		// until the middleware is installed where the route is known.
+		*res = e.routeUnknown(readers)
+		return
+	}
+	if err != nil {
 		if errors.Is(err, core.ErrUnavailable) {
 			// Fail closed: a denial (503), not a request error.
 			res.Outcome = Unavailable
@@ -461,6 +514,7 @@ func (e *Engine) needs() *policyNeeds {
 			}
 		}
 		n.route = n.route || r.When != nil
+		n.when = n.when || r.When != nil
 		if r.Scope == core.ScopeEndpoint && e.endpointByRoute && n.rule == "" {
 			n.rule = r.Name
 		}
@@ -472,7 +526,12 @@ func (e *Engine) needs() *policyNeeds {
 	}
 	for i := range e.keys {
 		for _, rk := range e.keys[i].routes {
-			n.route = n.route || n.keyed[i] && rk.sel.Route() != ""
+			if n.keyed[i] && rk.sel.Route() != "" {
+				n.route = true
+				if n.routeKey == "" {
+					n.routeKey = fmt.Sprintf("the key function WithRouteKey(%q, %q)", rk.sel, e.keys[i].scope)
+				}
+			}
 		}
 	}
 	// An observer may read the route of the request it is given.
@@ -481,10 +540,14 @@ func (e *Engine) needs() *policyNeeds {
 	return n
 }
 
+// readers is what reads the route of a RouteReadReporter, for
+// routeUnknown.
+const readers = "a function that reads the route (a key, plan, cost or skip function, or a When predicate through the view)"
+
 // routeUnknown is the Result of a request whose route is unknown where the
-// middleware runs, when rule needs it.
-func (e *Engine) routeUnknown(rule string) Result {
-	err := fmt.Errorf("%w: %s: rule %q needs the request's route, which the middleware cannot tell where it is installed; %s", ErrRouteUnknown, e.adapter, rule, installHint(e.adapter))
+// middleware runs, when what needs it ("rule \"search\"").
+func (e *Engine) routeUnknown(what string) Result {
+	err := fmt.Errorf("%w: %s: %s needs the request's route, which the middleware cannot tell where it is installed; %s", ErrRouteUnknown, e.adapter, what, installHint(e.adapter))
 	e.logOnce.Do(func() {
 		slog.Error("ratelimit: requests fail: the route is unknown where the middleware runs", "err", err)
 	})

@@ -104,7 +104,10 @@ func WithRouteKey(route string, scope core.Scope, fn keyfuncs.Func) Option {
 // When returns a predicate for core.Rule.When that calls fn with the
 // middleware's request view: a rule that applies to the requests fn
 // returns true for (a header present, a query parameter). Outside a
-// middleware (a core.Request with no view) the rule does not apply.
+// middleware (a core.Request with no view) the rule does not apply. Where
+// the middleware cannot tell the route, a request whose predicate reads
+// the view's Route fails with ErrRouteUnknown (see RouteReadReporter);
+// core.Request.Route is "" there.
 func When(fn func(keyfuncs.Request) bool) func(*core.Request) bool {
 	return func(r *core.Request) bool {
 		v, ok := r.View.(keyfuncs.Request)

@@ -154,12 +154,26 @@ type RouteReporter interface {
 	RouteKnown() bool
 }
 
+// RouteReadReporter is a RouteReporter that records whether its Route was
+// read while the route is unknown, since it became the view of its
+// request: RouteReadUnknown reports it. A key, plan, cost or skip function
+// that reads the route (keyfuncs.MethodAndRoute, a Compose of it), or a
+// When predicate that reads it through the view, would read "" as no
+// route and key, or skip, a tier on that: the Engine fails the request
+// with ErrRouteUnknown instead. RouteOnRead records the reads of the
+// views that embed it (RoutePattern).
+type RouteReadReporter interface {
+	RouteReporter
+	RouteReadUnknown() bool
+}
+
 // ErrRouteUnknown is wrapped by the error of a request whose route the
-// middleware cannot tell, where it is installed, when a rule of the
-// policy needs it (a rule with Routes, or an endpoint rule keyed by the
-// route): its tier would otherwise silently not apply. The request fails
-// (500 through the error handler) and the first such error of each
-// middleware is logged.
+// middleware cannot tell, where it is installed, when something needs it:
+// a rule with Routes, an endpoint rule keyed by the route, a key function
+// given per route (WithRouteKey), or a function that reads the route
+// through the view (see RouteReadReporter). Its tier would otherwise
+// silently not apply. The request fails (500 through the error handler)
+// and the first such error of each middleware is logged.
 var ErrRouteUnknown = errors.New("ratelimit: route unknown where the middleware runs")
 
 // ErrInstalledTwice is wrapped by the error of a request that two

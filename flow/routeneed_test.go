@@ -2,6 +2,7 @@ package flow_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/bucketry/ratelimit/core"
@@ -89,6 +90,91 @@ func TestRouteReadWhenNeeded(t *testing.T) {
 			}
 			if tc.observe && observed != tc.route {
 				t.Errorf("the observer got the route %q, want %q", observed, tc.route)
+			}
+		})
+	}
+}
+
+// unknownRoute is a request view whose route cannot be told: its Route is
+// "", and records that it was read.
+type unknownRoute struct {
+	keyfuncs.Static
+	read bool
+}
+
+func (v *unknownRoute) Route() string {
+	v.read = true
+	return ""
+}
+
+func (*unknownRoute) RouteKnown() bool         { return false }
+func (v *unknownRoute) RouteReadUnknown() bool { return v.read }
+
+// TestRouteUnknownWhenRead: where the route cannot be told, a request
+// fails with ErrRouteUnknown when anything needs the route: a rule, a key
+// function given per route, or a key, plan, cost or skip function or a
+// When predicate that reads the view's route, which would read "" as no
+// route and key, or skip, a tier on that. With nothing that reads it (an
+// observer gets ""), the request is decided.
+func TestRouteUnknownWhenRead(t *testing.T) {
+	lim := core.TokenBucket(core.PerMinute(100), 100)
+	perIP := core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: lim}
+	perUser := core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: lim}
+	perEndpoint := core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lim}
+	user := func(keyfuncs.Request) (string, error) { return "user-1", nil }
+	userRoute, err := keyfuncs.Compose(user, keyfuncs.MethodAndRoute())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readsRoute := func(r keyfuncs.Request) (string, error) {
+		if r.Route() == "/search" {
+			return "pro", nil
+		}
+		return "", keyfuncs.ErrNotApplicable
+	}
+	onSearch := flow.When(func(r keyfuncs.Request) bool { return r.Route() == "/search" })
+	always := flow.When(func(keyfuncs.Request) bool { return true })
+	tests := []struct {
+		name    string
+		rules   []core.Rule
+		opts    []flow.Option
+		observe bool
+		tiers   int // 0: fails with ErrRouteUnknown
+	}{
+		{"a per-ip rule", []core.Rule{perIP}, nil, false, 1},
+		{"an observer", []core.Rule{perIP}, nil, true, 1},
+		{"a When predicate that does not read it", []core.Rule{perIP, {Name: "all", Scope: core.ScopeIP, Limit: lim, When: always}}, nil, false, 2},
+		{"an endpoint rule keyed by the route", []core.Rule{perIP, perEndpoint}, nil, false, 0},
+		{"a rule of routes", []core.Rule{perIP, {Name: "search", Scope: core.ScopeIP, Routes: []string{"/search"}, Limit: lim}}, nil, false, 0},
+		{"an endpoint key that reads it", []core.Rule{perIP, perEndpoint},
+			[]flow.Option{flow.WithKey(core.ScopeEndpoint, keyfuncs.MethodAndRoute())}, false, 0},
+		{"a composed key that reads it", []core.Rule{perIP, perUser}, []flow.Option{flow.WithKey(core.ScopeUser, userRoute)}, false, 0},
+		{"a key function by route", []core.Rule{perIP, perUser},
+			[]flow.Option{flow.WithKey(core.ScopeUser, user), flow.WithRouteKey("/search", core.ScopeUser, user)}, false, 0},
+		{"a plan function that reads it", []core.Rule{perIP}, []flow.Option{flow.WithPlan(readsRoute)}, false, 0},
+		{"a cost function that reads it", []core.Rule{perIP},
+			[]flow.Option{flow.WithCost(func(r keyfuncs.Request) (int64, error) { return int64(len(r.Route())) + 1, nil })}, false, 0},
+		{"a skip function that reads it", []core.Rule{perIP}, []flow.Option{flow.WithSkip(func(r keyfuncs.Request) bool { return r.Route() == "" })}, false, 0},
+		{"a When predicate that reads it", []core.Rule{perIP, {Name: "search", Scope: core.ScopeIP, Limit: lim, When: onSearch}}, nil, false, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var copts []core.Option
+			if tc.observe {
+				copts = append(copts, core.WithObserver(func(context.Context, *core.Event) {}))
+			}
+			e, err := flow.New(flowtest.LimiterWith(t, copts, tc.rules...), "test", nil, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := &unknownRoute{Static: keyfuncs.Static{HTTPMethod: "GET", Peer: "192.0.2.1:1234"}}
+			var res flow.Result
+			e.Check(v, &res)
+			switch {
+			case tc.tiers == 0 && (res.Outcome != flow.Failed || !errors.Is(res.Err, flow.ErrRouteUnknown)):
+				t.Errorf("Check = %v, %v; want Failed, ErrRouteUnknown", res.Outcome, res.Err)
+			case tc.tiers > 0 && (res.Outcome != flow.Proceed || res.Decision.NumTiers() != tc.tiers):
+				t.Errorf("Check = %v with %d tiers (%v); want Proceed with %d", res.Outcome, res.Decision.NumTiers(), res.Err, tc.tiers)
 			}
 		})
 	}

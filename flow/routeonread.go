@@ -13,14 +13,17 @@ import (
 // plan, cost or skip function may. Once found, and until Done, the
 // request's Pattern holds it, so that a function of the *http.Request
 // itself reads it there; Done gives the request the Pattern it came with,
-// which the router sets again when it dispatches. The zero value is ready
-// for Begin; a RouteOnRead is used by one goroutine at a time.
+// which the router sets again when it dispatches. The view's Route reads
+// it with RoutePattern, which records a read of a route that cannot be
+// told, for RouteReadUnknown (see RouteReadReporter). The zero value is
+// ready for Begin; a RouteOnRead is used by one goroutine at a time.
 type RouteOnRead struct {
-	r        *http.Request
-	find     func(*http.Request) (pattern string, known bool)
-	came     string
-	resolved bool
-	known    bool
+	r           *http.Request
+	find        func(*http.Request) (pattern string, known bool)
+	came        string
+	resolved    bool
+	known       bool
+	readUnknown bool
 }
 
 // Begin prepares p for r, the pattern of whose route find returns, with
@@ -40,6 +43,20 @@ func (p *RouteOnRead) Pattern() (pattern string, known bool) {
 	}
 	return p.r.Pattern, p.known
 }
+
+// RoutePattern returns the pattern of the request's route, for the view's
+// Route, and records a read of the route while it is unknown.
+func (p *RouteOnRead) RoutePattern() string {
+	pattern, known := p.Pattern()
+	if !known {
+		p.readUnknown = true
+	}
+	return pattern
+}
+
+// RouteReadUnknown reports whether RoutePattern was called, since Begin,
+// while the route is unknown.
+func (p *RouteOnRead) RouteReadUnknown() bool { return p.readUnknown }
 
 // Request returns the request, with its route's pattern in Pattern.
 func (p *RouteOnRead) Request() *http.Request {

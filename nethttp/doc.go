@@ -25,9 +25,10 @@
 // (core.Rule.Routes), all decided together. Wrapping each route's handler
 // works too, for the mux has set the pattern by then. Around any other
 // handler the route is unknown: a request that a route-scoped or endpoint
-// rule could apply to fails with flow.ErrRouteUnknown, never skipping the
-// tier. The same Middleware installed twice on a request's way charges it
-// once; a second Middleware over the same limiter fails it with
+// rule could apply to, or whose key function reads the route, fails with
+// flow.ErrRouteUnknown, never skipping the tier. The same Middleware
+// installed twice on a request's way charges it once; a second Middleware
+// over the same limiter fails it with
 // flow.ErrInstalledTwice. Handler has the signature of the usual
 // middleware, func(http.Handler) http.Handler, for routers that take one.
 //

@@ -68,9 +68,10 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 // path otherwise. Wrapping each route's handler,
 // mux.Handle("GET /items/{id}", m.Handler(h)), works too: the
 // mux has set the pattern by then. Around any other handler the route is
-// unknown, and a request to which a rule that needs it could apply fails
-// with flow.ErrRouteUnknown through the error handler, rather than
-// skipping that tier.
+// unknown, and a request to which a rule that needs it could apply, or
+// whose key, plan, cost or skip function reads it, fails with
+// flow.ErrRouteUnknown through the error handler, rather than skipping
+// that tier.
 //
 // A request passes the middleware once: if it runs again on the same
 // request (around the mux and around a route), the second run calls next
@@ -118,7 +119,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// see it after this one, a copy whose context records this
 	// middleware; otherwise r itself.
 	marked := m.engine.MarkRequest(r, prev)
-	if h.find != nil {
+	if h.find != nil || marked.Pattern == "" {
 		h.checkOnRead(marked, &res)
 	} else {
 		m.engine.Check(request{marked}, &res)
@@ -133,10 +134,19 @@ func (h *handler) answer(w http.ResponseWriter, r *http.Request, res *flow.Resul
 
 // checkOnRead checks marked into res through a view from muxViews, whose
 // route h.find looks for only when something reads it, and reports
-// whether it did.
+// whether it did. Without h.find, outside a ServeMux route, the route
+// cannot be told.
 func (h *handler) checkOnRead(marked *http.Request, res *flow.Result) (looked bool) {
+	find := h.find
+	if find == nil {
+		find = outsideMux
+	}
 	v := muxViews.Get().(*muxView)
-	looked = h.m.engine.CheckOnRead(v, marked, h.find, res)
+	looked = h.m.engine.CheckOnRead(v, marked, find, res)
 	muxViews.Put(v)
 	return looked
 }
+
+// outsideMux is the route of a request no ServeMux has matched, around a
+// handler that is not one: unknown.
+func outsideMux(*http.Request) (string, bool) { return "", false }

@@ -9,6 +9,7 @@ import (
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/flow/flowtest"
+	"github.com/bucketry/ratelimit/keyfuncs"
 	"github.com/bucketry/ratelimit/nethttp"
 )
 
@@ -118,6 +119,65 @@ func TestRouteResolution(t *testing.T) {
 		}
 		if got := rec.Header().Get("RateLimit-Policy"); got != tc.want {
 			t.Errorf("%s: RateLimit-Policy = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRouteUnknownWhenRead: around a handler that is not a mux, outside
+// one, a request fails with flow.ErrRouteUnknown (500, the handler not
+// run) when a key function reads the route, as the route's own
+// (flow.WithRouteKey) or as part of a key (keyfuncs.MethodAndRoute), rather
+// than key its tier as if no route matched; where the mux has matched the
+// route, the same key functions read it.
+func TestRouteUnknownWhenRead(t *testing.T) {
+	apiKey, err := keyfuncs.APIKey("X-API-Key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := keyfuncs.Header("X-User")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := core.TokenBucket(core.PerMinute(1), 5)
+	perUser := core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: lim}
+	perEndpoint := core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: lim}
+	for _, tc := range []struct {
+		name string
+		rule core.Rule
+		opts []nethttp.Option
+	}{
+		{"a key of the route", perUser, []nethttp.Option{flow.WithKey(core.ScopeUser, user), flow.WithRouteKey("/search", core.ScopeUser, apiKey)}},
+		{"a key that reads the route", perEndpoint, []nethttp.Option{flow.WithKey(core.ScopeEndpoint, keyfuncs.MethodAndRoute())}},
+	} {
+		var got error
+		onError := nethttp.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+			got = err
+			w.WriteHeader(500)
+		})
+		m, err := nethttp.New(flowtest.Limiter(t, tc.rule), append(tc.opts, onError)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := 0
+		next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran++ })
+		mux := http.NewServeMux()
+		mux.Handle("GET /search", m.Handler(next))
+		for _, h := range []http.Handler{m.Handler(next), mux} {
+			got, ran = nil, 0
+			rec := httptest.NewRecorder()
+			r := httptest.NewRequest("GET", "/search", nil)
+			r.Header.Set("X-API-Key", "k1")
+			r.Header.Set("X-User", "alice")
+			h.ServeHTTP(rec, r)
+			if h == mux {
+				if rec.Code != 200 || rec.Header().Get("X-RateLimit-Remaining") != "4" || ran != 1 {
+					t.Errorf("%s, route wrapped: %d, remaining %q, handler ran %d; want 200, 4, 1", tc.name, rec.Code, rec.Header().Get("X-RateLimit-Remaining"), ran)
+				}
+				continue
+			}
+			if rec.Code != 500 || !errors.Is(got, flow.ErrRouteUnknown) || ran != 0 {
+				t.Errorf("%s, not a mux: %d, %v, handler ran %d; want 500, ErrRouteUnknown, 0", tc.name, rec.Code, got, ran)
+			}
 		}
 	}
 }

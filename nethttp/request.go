@@ -38,8 +38,10 @@ func (v request) RouteKnown() bool { return v.r.Pattern != "" }
 // muxView is the view of a request in front of a ServeMux, whose route is
 // the pattern the mux will match ("" when none does), asked of the mux
 // (http.ServeMux.Handler, a second match of the path) only when something
-// reads it (see flow.RouteOnRead). The middleware takes views from
-// muxViews.
+// reads it (see flow.RouteOnRead); and of a request outside a ServeMux
+// route, whose route cannot be told, so that a function that reads it
+// fails the request (see flow.RouteReadReporter). The middleware takes
+// views from muxViews.
 type muxView struct {
 	request
 	flow.RouteOnRead
@@ -47,16 +49,18 @@ type muxView struct {
 
 var muxViews = sync.Pool{New: func() any { return new(muxView) }}
 
-var _ flow.RouteReporter = (*muxView)(nil)
+var _ flow.RouteReadReporter = (*muxView)(nil)
 
 // Route returns the route of the pattern the mux will match.
-func (v *muxView) Route() string {
-	p, _ := v.Pattern()
-	return flow.MuxRoute(p)
-}
+func (v *muxView) Route() string { return flow.MuxRoute(v.RoutePattern()) }
 
-// RouteKnown reports true: the mux tells which route the request reaches.
-func (*muxView) RouteKnown() bool { return true }
+// RouteKnown reports whether the route can be told: around a ServeMux, the
+// mux tells which route the request reaches; outside one, it cannot be
+// told.
+func (v *muxView) RouteKnown() bool {
+	_, known := v.Pattern()
+	return known
+}
 
 // SetRequest makes v the view of r (nil: of none), for flow.CheckOnRead.
 func (v *muxView) SetRequest(r *http.Request) { v.request = request{r} }
