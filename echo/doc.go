@@ -89,8 +89,11 @@
 // second run calls next without charging. A second middleware built by
 // another New over the same limiter fails the request with an error
 // wrapping flow.ErrInstalledTwice, through its error handler (500 by
-// default): both would charge the tiers they share. Middlewares over
-// different limiters are independent.
+// default): both would charge the tiers they share. So does a net/http
+// middleware (nethttp, chilimit) over the same limiter, around the Echo
+// instance or inside it (echo.WrapHandler): while one exists, the
+// request's context records the pass as well, in a copy of the request.
+// Middlewares over different limiters are independent.
 //
 // # Keys
 //

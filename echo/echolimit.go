@@ -43,7 +43,9 @@ type middleware struct {
 // documentation). A request passes the middleware once: installed again
 // on a group or route, it lets the request through without charging it
 // again; a second middleware over the same limiter fails the request with
-// flow.ErrInstalledTwice (the error handler), for both would charge it.
+// flow.ErrInstalledTwice (the error handler), for both would charge it,
+// and so does a net/http one (nethttp, chilimit) around the Echo instance
+// or inside it (echo.WrapHandler).
 //
 // For each request it derives the keys, plan and cost, asks the limiter
 // (waiting out a shaping delay, until the request's context ends), and
@@ -71,6 +73,7 @@ func New(limiter *core.Limiter, opts ...Option) (echo.MiddlewareFunc, error) {
 	m := &middleware{engine: e}
 	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
 	m.views.New = func() any { return new(request) }
+	e.MiddlewareMade()
 	return m.wrap, nil
 }
 
@@ -85,9 +88,16 @@ func (m *middleware) wrap(next echo.HandlerFunc) echo.HandlerFunc {
 func (m *middleware) handle(c echo.Context, next echo.HandlerFunc) error {
 	var res flow.Result
 	mark, _ := c.Get(flow.MarkName).(*flow.Mark)
+	var ctxMark *flow.Mark
+	r := c.Request()
+	if r != nil {
+		// A net/http handler over the limiter (nethttp around the Echo
+		// instance) marks the request's context.
+		ctxMark = m.engine.ContextMark(r.Context())
+	}
 	switch {
-	case m.engine.Seen(mark, &res):
-	case c.Request() == nil:
+	case m.engine.Seen(mark, &res), m.engine.Seen(ctxMark, &res):
+	case r == nil:
 		res = flow.Result{Outcome: flow.Failed, Err: errNoRequest}
 	default:
 		v := m.views.Get().(*request)
@@ -97,6 +107,11 @@ func (m *middleware) handle(c echo.Context, next echo.HandlerFunc) error {
 		m.views.Put(v)
 		if res.Outcome == flow.Proceed || res.Outcome == flow.Skipped {
 			c.Set(flow.MarkName, m.engine.Mark(mark))
+			// And in the context, while a net/http handler over the
+			// limiter exists, which next may call (echo.WrapHandler).
+			if marked := m.engine.MarkContext(r, ctxMark); marked != r {
+				c.SetRequest(marked)
+			}
 		}
 	}
 	resp := c.Response()

@@ -57,9 +57,11 @@
 //
 // The same middleware installed twice on a request's way (app.Use and a
 // route) charges it once; a second middleware over the same limiter fails
-// it with flow.ErrInstalledTwice. fiber's app.Get registers a HEAD route
-// beside the GET one, with the same handlers; a HEAD request counts
-// against the GET route's endpoint bucket and GET route selectors.
+// it with flow.ErrInstalledTwice, a net/http one (nethttp, chilimit)
+// before it in the app through adaptor.HTTPMiddleware too. fiber's app.Get
+// registers a HEAD route beside the GET one, with the same handlers; a
+// HEAD request counts against the GET route's endpoint bucket and GET
+// route selectors.
 //
 // # Keys
 //

@@ -48,7 +48,8 @@ type middleware struct {
 // middleware on such routes themselves, app.Get("/items/:id<int>", mw, h),
 // where fiber has matched the route. The same middleware installed twice
 // on a request's way charges it once; a second middleware over the same
-// limiter fails it with flow.ErrInstalledTwice.
+// limiter fails it with flow.ErrInstalledTwice, a net/http one before it
+// (adaptor.HTTPMiddleware) too.
 //
 // For each request it derives the keys, plan and cost, asks the limiter
 // (waiting out a shaping delay, until c.UserContext() ends), and then:
@@ -79,6 +80,7 @@ func New(limiter *core.Limiter, opts ...Option) (fiber.Handler, error) {
 		// token characters header names are made of.
 		m.normalized[h] = []byte(textproto.CanonicalMIMEHeaderKey(name))
 	}
+	e.MiddlewareMade()
 	return m.handle, nil
 }
 
@@ -90,7 +92,10 @@ func New(limiter *core.Limiter, opts ...Option) (fiber.Handler, error) {
 func (m *middleware) handle(c *fiber.Ctx) error {
 	mark, _ := c.Locals(flow.MarkName).(*flow.Mark)
 	var res flow.Result
-	again := m.engine.Seen(mark, &res)
+	// A net/http handler over the limiter, in the app through fiber's
+	// adaptor.HTTPMiddleware, marks its request's context, whose values
+	// the adaptor copies into the fasthttp request's (c.Context()).
+	again := m.engine.Seen(mark, &res) || m.engine.Seen(m.engine.ContextMark(c.Context()), &res)
 	if !again {
 		if rt := c.Route(); isUse(rt) {
 			v := usePool.Get().(*useView)

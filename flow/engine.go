@@ -30,10 +30,9 @@ type Engine struct {
 	bodies sync.Pool // *[]byte, for problem bodies
 	self   *Mark     // the Mark of a request only e has checked
 
-	// ctxHandlers counts the handlers over the limiter that keep their
-	// Mark in the request's context, shared by its Engines (see
-	// HandlerMade).
-	ctxHandlers *atomic.Int64
+	// marks counts the middlewares over the limiter, shared by its
+	// Engines (see HandlerMade and MiddlewareMade).
+	marks *markCounts
 
 	endpointByRoute bool                        // the endpoint scope is keyed by the default, the route
 	need            atomic.Pointer[policyNeeds] // for the policy last seen
@@ -118,7 +117,7 @@ func New(limiter *core.Limiter, adapter string, defaults []Option, opts ...Optio
 	}
 	e := &Engine{limiter: limiter, settings: cfg.settings}
 	e.self = &Mark{engines: []*Engine{e}}
-	e.ctxHandlers = handlerCount(limiter)
+	e.marks = markCountsOf(limiter)
 	seen := map[core.Scope]bool{}
 	for _, k := range e.keys {
 		if seen[k.scope] {

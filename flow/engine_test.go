@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -314,5 +315,54 @@ func TestCheckOverwritesResult(t *testing.T) {
 	m.Check(userRequest(""), &res) // no user: no rule applies
 	if res.Outcome != flow.Proceed || !res.Decision.Allowed || res.Decision.NumTiers() != 0 || res.Decision.RetryAfter != 0 || res.Decision.Rule != "" {
 		t.Fatalf("Check of a request no rule applies to, after a denial = %+v, want Proceed with a zero decision", res)
+	}
+}
+
+// TestMarkAcrossAdapters: a middleware that keeps a request's Mark on its
+// framework's request (gin, Echo, fiber) reads the request's context for
+// one, and marks it, only while a net/http handler exists over the
+// limiter, with no allocation otherwise; a net/http handler marks the
+// request it passes on once such a middleware exists, even the only
+// handler over the limiter, so that the other sees it and fails the
+// request with ErrInstalledTwice.
+func TestMarkAcrossAdapters(t *testing.T) {
+	perIP := core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 2)}
+	l := flowtest.Limiter(t, perIP)
+	native, err := flow.New(l, "ginlimit", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	native.MiddlewareMade()
+	other, err := flow.New(flowtest.Limiter(t, perIP), "nethttp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	marked := r.WithContext(flow.WithMark(r.Context(), other.Mark(nil)))
+	if m := native.ContextMark(marked.Context()); m != nil {
+		t.Errorf("no net/http handler: ContextMark found %v, want nil: not looked for", m)
+	}
+	if got := native.MarkContext(r, nil); got != r {
+		t.Errorf("no net/http handler: MarkContext made a copy, want the request as it came")
+	}
+	if n := testing.AllocsPerRun(100, func() { native.ContextMark(marked.Context()); native.MarkContext(r, nil) }); n != 0 {
+		t.Errorf("no net/http handler: %v allocations, want 0", n)
+	}
+	handler, err := flow.New(l, "nethttp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler.HandlerMade()
+	passed := handler.MarkRequest(r, nil)
+	if passed == r {
+		t.Fatal("a net/http handler beside a gin middleware: MarkRequest passed the request as it came, want a marked copy")
+	}
+	var res flow.Result
+	if !native.Seen(native.ContextMark(passed.Context()), &res) || !errors.Is(res.Err, flow.ErrInstalledTwice) {
+		t.Errorf("the gin middleware after the net/http handler: Seen = %v, %v; want true, ErrInstalledTwice", res.Outcome, res.Err)
+	}
+	inner := native.MarkContext(r, nil)
+	if inner == r || !handler.Seen(flow.MarkFrom(inner.Context()), &res) || !errors.Is(res.Err, flow.ErrInstalledTwice) {
+		t.Errorf("the net/http handler after the gin middleware: Seen = %v, %v; want ErrInstalledTwice", res.Outcome, res.Err)
 	}
 }

@@ -74,41 +74,86 @@ func (e *Engine) Mark(m *Mark) *Mark {
 	return &Mark{engines: engines}
 }
 
-// ctxHandlers counts, per limiter, the handlers made over it whose
-// requests carry their Mark in their context (net/http's): a request can
-// pass a second such handler over the same limiter only if there is one.
-// The limiter is held weakly, and its entry dropped when it is collected.
-var ctxHandlers sync.Map // weak.Pointer[core.Limiter] -> *atomic.Int64
+// marks counts, per limiter, the middlewares made over it, by where they
+// keep a request's Mark: a request can meet a second one over the same
+// limiter only if there is one. The limiter is held weakly, and its entry
+// dropped when it is collected.
+var marks sync.Map // weak.Pointer[core.Limiter] -> *markCounts
 
-// handlerCount returns the count of limiter's context-marking handlers.
-func handlerCount(limiter *core.Limiter) *atomic.Int64 {
+// markCounts is one limiter's count of middlewares.
+type markCounts struct {
+	// ctx counts the handlers that keep the Mark in the request's context
+	// (net/http's: nethttp, chilimit; see HandlerMade).
+	ctx atomic.Int64
+	// native counts the middlewares that keep it on the framework's own
+	// request (gin's c.Keys, Echo's c.Set, fiber's c.Locals) and read the
+	// context's too (see MiddlewareMade).
+	native atomic.Int64
+}
+
+// markCountsOf returns limiter's counts.
+func markCountsOf(limiter *core.Limiter) *markCounts {
 	wp := weak.Make(limiter)
-	if c, ok := ctxHandlers.Load(wp); ok {
-		return c.(*atomic.Int64)
+	if c, ok := marks.Load(wp); ok {
+		return c.(*markCounts)
 	}
-	c, loaded := ctxHandlers.LoadOrStore(wp, new(atomic.Int64))
+	c, loaded := marks.LoadOrStore(wp, new(markCounts))
 	if !loaded {
-		runtime.AddCleanup(limiter, func(wp weak.Pointer[core.Limiter]) { ctxHandlers.Delete(wp) }, wp)
+		runtime.AddCleanup(limiter, func(wp weak.Pointer[core.Limiter]) { marks.Delete(wp) }, wp)
 	}
-	return c.(*atomic.Int64)
+	return c.(*markCounts)
 }
 
 // HandlerMade records that an adapter made one more handler over e's
 // limiter that keeps a request's Mark in its context (a net/http
 // handler): adapters call it once per handler they return, so that
-// MarkRequest knows whether a request may meet a second one.
-func (e *Engine) HandlerMade() { e.ctxHandlers.Add(1) }
+// MarkRequest knows whether a request may meet a second middleware, and
+// ContextMark whether one may have marked it.
+func (e *Engine) HandlerMade() { e.marks.ctx.Add(1) }
+
+// MiddlewareMade records that an adapter made one more middleware over e's
+// limiter that keeps a request's Mark on the framework's own request (gin,
+// Echo, fiber) and reads the one in the request's context too
+// (ContextMark): adapters call it once per middleware, so that the
+// net/http handlers over the limiter mark the requests they pass on
+// (MarkRequest), which such an app may be behind.
+func (e *Engine) MiddlewareMade() { e.marks.native.Add(1) }
 
 // MarkRequest returns the request the handlers after e get, for r, whose
-// Mark was prev, once e has checked it. While more than one handler has
-// been made over e's limiter, by this adapter or another, that keeps the
-// Mark in the request's context (see HandlerMade), it is a copy of r whose
-// context records e. With one, no handler after e can charge e's tiers
-// again, and it is r itself: the copy is a request and a context allocated
-// per request, more than half of what the middleware would allocate
-// otherwise.
+// Mark was prev, once e has checked it. While another middleware exists
+// over e's limiter, of this adapter or another (see HandlerMade and
+// MiddlewareMade), it is a copy of r whose context records e. With none,
+// no handler after e can charge e's tiers again, and it is r itself: the
+// copy is a request and a context allocated per request, more than half
+// of what the middleware would allocate otherwise.
 func (e *Engine) MarkRequest(r *http.Request, prev *Mark) *http.Request {
-	if e.ctxHandlers.Load() <= 1 {
+	if e.marks.ctx.Load()+e.marks.native.Load() <= 1 {
+		return r
+	}
+	return r.WithContext(WithMark(r.Context(), e.Mark(prev)))
+}
+
+// ContextMark returns the Mark that a handler over e's limiter which keeps
+// it in the request's context (see HandlerMade) left in ctx, for a
+// middleware that keeps its own elsewhere: the request may have passed
+// such a handler first (nethttp around a gin engine). It is nil, and ctx
+// is not searched, while no such handler exists.
+func (e *Engine) ContextMark(ctx context.Context) *Mark {
+	if e.marks.ctx.Load() == 0 {
+		return nil
+	}
+	return MarkFrom(ctx)
+}
+
+// MarkContext returns, for a middleware that keeps a request's Mark on the
+// framework's own request, the *http.Request the handlers after e get, for
+// r, whose context Mark was prev (ContextMark), once e has checked it:
+// while a handler that keeps the Mark in the request's context exists over
+// e's limiter, which a handler after e may be (a net/http handler in a gin
+// or Echo app: gin.WrapH, echo.WrapHandler), a copy of r whose context
+// records e; otherwise r itself, with no allocation.
+func (e *Engine) MarkContext(r *http.Request, prev *Mark) *http.Request {
+	if e.marks.ctx.Load() == 0 {
 		return r
 	}
 	return r.WithContext(WithMark(r.Context(), e.Mark(prev)))

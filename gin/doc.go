@@ -26,7 +26,8 @@
 // tier on /search belongs in the policy, decided with the others, not in
 // a second middleware. The same middleware installed again on a group or
 // route charges a request once; a second middleware over the same limiter
-// fails it with flow.ErrInstalledTwice. Middleware installed with
+// fails it with flow.ErrInstalledTwice, a net/http one (nethttp, chilimit)
+// around the engine or inside it (gin.WrapH) too. Middleware installed with
 // engine.Use also runs for requests that no route matches, before gin's
 // 404 (or 405) answer: those have no route, so the endpoint tiers do not
 // apply to them and the other tiers do, which keeps a client probing for

@@ -42,7 +42,11 @@ type middleware struct {
 // middleware. A request passes the middleware once: installed again on a
 // group or route, it lets the request through without charging it
 // again; a second middleware over the same limiter fails the request with
-// flow.ErrInstalledTwice (the error handler), for both would charge it.
+// flow.ErrInstalledTwice (the error handler), for both would charge it,
+// and so does a net/http one (nethttp, chilimit) around the engine or
+// inside it (gin.WrapH): while one exists over the limiter, the request's
+// context records the pass as well, in a copy of c.Request (two
+// allocations per request).
 //
 // For each request it derives the keys, plan and cost, asks the limiter
 // (waiting out a shaping delay, until the request's context ends), and
@@ -69,18 +73,24 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
 	self := e.Mark(nil)
 	m.keys.New = func() any { return map[any]any{flow.MarkName: self} }
+	e.MiddlewareMade()
 	return m.handle, nil
 }
 
 // handle limits one request.
 func (m *middleware) handle(c *gin.Context) {
 	var res flow.Result
-	var mark *flow.Mark
+	var mark, ctxMark *flow.Mark
 	if c.Keys != nil {
 		prev, _ := c.Get(flow.MarkName)
 		mark, _ = prev.(*flow.Mark)
 	}
-	seen := m.engine.Seen(mark, &res)
+	if c.Request != nil {
+		// A net/http handler over the limiter (nethttp around the engine)
+		// marks the request's context.
+		ctxMark = m.engine.ContextMark(c.Request.Context())
+	}
+	seen := m.engine.Seen(mark, &res) || m.engine.Seen(ctxMark, &res)
 	switch {
 	case seen:
 	case c.Request == nil:
@@ -91,9 +101,9 @@ func (m *middleware) handle(c *gin.Context) {
 	switch res.Outcome {
 	case flow.Proceed:
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
-		m.next(c, mark, seen)
+		m.next(c, mark, ctxMark, seen)
 	case flow.Skipped:
-		m.next(c, mark, seen)
+		m.next(c, mark, ctxMark, seen)
 	case flow.Denied, flow.Unavailable:
 		c.Abort()
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
@@ -130,7 +140,9 @@ func (m *middleware) handle(c *gin.Context) {
 // next runs the rest of the chain on a request that goes on, with its Mark
 // recording this middleware (unless seen: it is there already), so that a
 // middleware over the same limiter further down the chain does not charge
-// it again.
+// it again; and, while a net/http handler exists over the limiter, which
+// the chain may call (gin.WrapH), with the mark in the request's context
+// too (flow.Engine.MarkContext), whose Mark was ctxMark.
 //
 // A request with no c.Keys yet gets a map from the pool that holds only
 // the Mark, rather than the map c.Set would make (two allocations per
@@ -138,11 +150,13 @@ func (m *middleware) handle(c *gin.Context) {
 // after this one needs the Mark: if the map still holds only that, it
 // goes back to the pool, and c.Keys back to nil, as it was. A map a
 // handler added keys to stays with the request, as c.Set's would.
-func (m *middleware) next(c *gin.Context, prev *flow.Mark, seen bool) {
-	switch {
-	case seen:
+func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark, seen bool) {
+	if seen {
 		c.Next()
 		return
+	}
+	c.Request = m.engine.MarkContext(c.Request, ctxMark)
+	switch {
 	case c.Keys != nil:
 		c.Set(flow.MarkName, m.engine.Mark(prev))
 		c.Next()

@@ -76,11 +76,13 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 // A request passes the middleware once: if it runs again on the same
 // request (around the mux and around a route), the second run calls next
 // without charging; a second Middleware over the same limiter fails the
-// request with flow.ErrInstalledTwice. The record of a pass travels in a
-// copy of the request with a new context, made only while more than one
-// handler exists over the limiter (Handler calls, of any Middleware over
-// it, chi's included): with one, next gets the request as it came, which
-// spares two allocations per request. Handler panics if next is nil, as
+// request with flow.ErrInstalledTwice, as does the middleware of a gin,
+// Echo or fiber app over it behind this one. The record of a pass travels
+// in a copy of the request with a new context, made only while another
+// middleware exists over the limiter (Handler calls, of any Middleware
+// over it, chi's included, and gin, Echo and fiber middlewares): with
+// none, next gets the request as it came, which spares two allocations
+// per request. Handler panics if next is nil, as
 // http.ServeMux.Handle does, when the route is wired rather than under
 // load.
 func (m *Middleware) Handler(next http.Handler) http.Handler {

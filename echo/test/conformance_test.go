@@ -12,7 +12,9 @@ import (
 	"github.com/bucketry/ratelimit/core"
 	echolimit "github.com/bucketry/ratelimit/echo"
 	"github.com/bucketry/ratelimit/flow"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	"github.com/bucketry/ratelimit/keyfuncs"
+	"github.com/bucketry/ratelimit/nethttp"
 )
 
 // newEcho returns an Echo instance that prints nothing of its own.
@@ -151,4 +153,36 @@ func authOptions() []echolimit.Option {
 
 func TestConformance(t *testing.T) {
 	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveEcho, ServeApp: serveApp})
+}
+
+// TestBesideNetHTTP: a net/http middleware over the limiter of the Echo
+// middleware, around the Echo instance or inside it (echo.WrapHandler),
+// fails the request with flow.ErrInstalledTwice rather than charge it
+// twice; see flowtest.CheckBesideNetHTTP.
+func TestBesideNetHTTP(t *testing.T) {
+	flowtest.CheckBesideNetHTTP(t, []string{"around", "inside"}, func(t *testing.T, way string, l, other *core.Limiter, failed func(error)) int {
+		mw, err := echolimit.New(l, echolimit.WithErrorHandler(func(c echo.Context, err error) error {
+			failed(err)
+			return c.String(http.StatusInternalServerError, "failed")
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nethttp.New(other, nethttp.WithErrorHandler(flowtest.HTTPErrorHandler(failed)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEcho()
+		e.Use(mw)
+		var h http.Handler = e
+		if way == "inside" {
+			e.GET("/x", echo.WrapHandler(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))))
+		} else {
+			e.GET("/x", ok(nil))
+			h = m.Handler(e)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/x", nil))
+		return w.Code
+	})
 }

@@ -8,6 +8,7 @@ require (
 	github.com/bucketry/ratelimit/echo v0.1.0
 	github.com/bucketry/ratelimit/flow v0.1.0
 	github.com/bucketry/ratelimit/keyfuncs v0.1.0
+	github.com/bucketry/ratelimit/nethttp v0.1.0
 	github.com/labstack/echo/v4 v4.16.0
 )
 

@@ -1,16 +1,20 @@
 package fiberlimit_test
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 
 	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
 	fiberlimit "github.com/bucketry/ratelimit/fiber"
 	"github.com/bucketry/ratelimit/fiber/internal/fibertest"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	"github.com/bucketry/ratelimit/keyfuncs"
+	"github.com/bucketry/ratelimit/nethttp"
 )
 
 // serveFiber is the conformance harness: a fiber app on a real loopback
@@ -122,4 +126,34 @@ func local(c *fiber.Ctx, name string) string {
 
 func TestConformance(t *testing.T) {
 	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveFiber, ServeApp: serveApp})
+}
+
+// TestBesideNetHTTP: a net/http middleware over the limiter of the fiber
+// middleware, before it in the app (adaptor.HTTPMiddleware, which copies
+// the values of the net/http request's context into the fiber request's),
+// fails the request with flow.ErrInstalledTwice rather than charge it
+// twice; see flowtest.CheckBesideNetHTTP.
+func TestBesideNetHTTP(t *testing.T) {
+	flowtest.CheckBesideNetHTTP(t, []string{"before"}, func(t *testing.T, _ string, l, other *core.Limiter, failed func(error)) int {
+		mw, err := fiberlimit.New(l, fiberlimit.WithErrorHandler(func(c *fiber.Ctx, err error) error {
+			failed(err)
+			return c.SendString("failed")
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nethttp.New(other, nethttp.WithErrorHandler(flowtest.HTTPErrorHandler(failed)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := fibertest.NewApp()
+		app.Use(adaptor.HTTPMiddleware(m.Handler), mw)
+		app.Get("/x", func(c *fiber.Ctx) error { return c.SendString("ok") })
+		resp, err := app.Test(httptest.NewRequest("GET", "/x", nil), -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	})
 }

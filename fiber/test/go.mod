@@ -6,13 +6,14 @@ require (
 	github.com/bucketry/ratelimit/conformance v0.1.0
 	github.com/bucketry/ratelimit/core v0.1.0
 	github.com/bucketry/ratelimit/fiber v0.1.0
+	github.com/bucketry/ratelimit/flow v0.1.0
 	github.com/bucketry/ratelimit/keyfuncs v0.1.0
+	github.com/bucketry/ratelimit/nethttp v0.1.0
 	github.com/gofiber/fiber/v2 v2.52.15
 )
 
 require (
 	github.com/andybalholm/brotli v1.1.0 // indirect
-	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.17.9 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect

@@ -7,6 +7,7 @@
 package flowtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -275,5 +276,52 @@ func CheckRouteOnRead(t *testing.T, path, pattern string, withKey func(core.Scop
 				t.Errorf("r.Pattern = %q after, want it as it came", r.Pattern)
 			}
 		})
+	}
+}
+
+// CheckBesideNetHTTP checks that an adapter's middleware and a net/http
+// one (nethttp's, chilimit's) over one limiter, on the way of one request,
+// fail it with flow.ErrInstalledTwice and charge its tier once, rather
+// than each charging it; and that over two limiters each charges it. For
+// each of ways, the adapter's names of how its app and a net/http
+// middleware go together ("around": the net/http one around the app),
+// serve serves one request through the adapter's middleware over l and
+// the net/http one over other put together that way, each giving the
+// error of a request it cannot decide to failed and answering 500, and
+// returns the status.
+func CheckBesideNetHTTP(t *testing.T, ways []string, serve func(t *testing.T, way string, l, other *core.Limiter, failed func(error)) (status int)) {
+	t.Helper()
+	rule := core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerMinute(1), 10)}
+	for _, way := range ways {
+		for _, same := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, one limiter %v", way, same), func(t *testing.T) {
+				l, other := Limiter(t, rule), Limiter(t, rule)
+				if same {
+					other = l
+				}
+				var got error
+				status := serve(t, way, l, other, func(err error) { got = err })
+				switch {
+				case same && (status != http.StatusInternalServerError || !errors.Is(got, flow.ErrInstalledTwice)):
+					t.Errorf("one limiter: %d, %v; want 500, flow.ErrInstalledTwice", status, got)
+				case !same && (status != http.StatusOK || got != nil):
+					t.Errorf("two limiters: %d, %v; want 200", status, got)
+				}
+				for _, l := range []*core.Limiter{l, other} {
+					if d, err := l.AllowN(context.Background(), core.Request{}, 0); err != nil || d.Remaining != 9 {
+						t.Errorf("the global bucket: remaining %d, %v; want 9, charged once", d.Remaining, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// HTTPErrorHandler returns an error handler of net/http's shape, for
+// CheckBesideNetHTTP, that gives the error to failed and answers 500.
+func HTTPErrorHandler(failed func(error)) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, _ *http.Request, err error) {
+		failed(err)
+		http.Error(w, "failed", http.StatusInternalServerError)
 	}
 }

@@ -10,8 +10,10 @@ import (
 
 	"github.com/bucketry/ratelimit/conformance"
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow/flowtest"
 	ginlimit "github.com/bucketry/ratelimit/gin"
 	"github.com/bucketry/ratelimit/keyfuncs"
+	"github.com/bucketry/ratelimit/nethttp"
 )
 
 // TestMain puts gin in test mode: no debug lines for each route.
@@ -124,4 +126,36 @@ func auth(c *gin.Context) {
 
 func TestConformance(t *testing.T) {
 	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveGin, ServeApp: serveApp})
+}
+
+// TestBesideNetHTTP: a net/http middleware over the limiter of the gin
+// middleware, around the engine or inside it (gin.WrapH), fails the
+// request with flow.ErrInstalledTwice rather than charge it twice; see
+// flowtest.CheckBesideNetHTTP.
+func TestBesideNetHTTP(t *testing.T) {
+	flowtest.CheckBesideNetHTTP(t, []string{"around", "inside"}, func(t *testing.T, way string, l, other *core.Limiter, failed func(error)) int {
+		mw, err := ginlimit.New(l, ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
+			failed(err)
+			c.String(http.StatusInternalServerError, "failed")
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nethttp.New(other, nethttp.WithErrorHandler(flowtest.HTTPErrorHandler(failed)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		engine := gin.New()
+		engine.Use(mw)
+		var h http.Handler = engine
+		if way == "inside" {
+			engine.GET("/x", gin.WrapH(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))))
+		} else {
+			engine.GET("/x", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+			h = m.Handler(engine)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/x", nil))
+		return w.Code
+	})
 }

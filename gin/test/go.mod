@@ -5,13 +5,14 @@ go 1.26.0
 require (
 	github.com/bucketry/ratelimit/conformance v0.1.0
 	github.com/bucketry/ratelimit/core v0.1.0
+	github.com/bucketry/ratelimit/flow v0.1.0
 	github.com/bucketry/ratelimit/gin v0.1.0
 	github.com/bucketry/ratelimit/keyfuncs v0.1.0
+	github.com/bucketry/ratelimit/nethttp v0.1.0
 	github.com/gin-gonic/gin v1.12.0
 )
 
 require (
-	github.com/bucketry/ratelimit/flow v0.1.0 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect
