@@ -1,6 +1,7 @@
 package ginlimit_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net/http"
@@ -121,4 +122,39 @@ func ExampleNew_trustedProxies() {
 	// 203.0.113.1 -> 204
 	// 198.51.100.9, 203.0.113.1 -> 429
 	// 203.0.113.2 -> 204
+}
+
+// engine.HandleContext, here a single-page app's fallback, runs the
+// middleware again on the same request: a skip function exempts the
+// second pass, which the fallback marks before the call, and the request
+// is charged once.
+func ExampleNew_handleContext() {
+	policy, err := core.NewPolicy(core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 10)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := core.NewLimiter(policy)
+	if err != nil {
+		log.Fatal(err)
+	}
+	type redirected struct{}
+	rl, err := ginlimit.New(limiter, ginlimit.WithSkipFunc(func(c *gin.Context) bool {
+		return c.Request.Context().Value(redirected{}) != nil
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	router := gin.New()
+	router.Use(rl)
+	router.GET("/index.html", func(c *gin.Context) { c.String(http.StatusOK, "app") })
+	router.NoRoute(func(c *gin.Context) {
+		c.Request.URL.Path = "/index.html"
+		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), redirected{}, true))
+		router.HandleContext(c)
+	})
+	w := httptest.NewRecorder()
+	router.ServeHTTP(w, httptest.NewRequest("GET", "/some/deep/link", nil))
+	fmt.Println(w.Code, w.Body.String(), "X-RateLimit-Remaining:", w.Header().Get("X-RateLimit-Remaining"))
+	// Output:
+	// 200 app X-RateLimit-Remaining: 9
 }

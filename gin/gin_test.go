@@ -1,6 +1,7 @@
 package ginlimit_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -295,5 +296,35 @@ func TestMarkKeys(t *testing.T) {
 	}
 	if w := do(e, "GET", "/tenant", "192.0.2.3:1"); w.Code != http.StatusOK {
 		t.Fatalf("GET /tenant = %d", w.Code)
+	}
+}
+
+// TestHandleContext: engine.HandleContext runs the engine's middleware
+// again on the same request after clearing c.Keys, and the request is
+// charged once per pass, as New documents; the skip function New shows
+// exempts the second pass.
+func TestHandleContext(t *testing.T) {
+	type redirected struct{}
+	skip := ginlimit.WithSkipFunc(func(c *gin.Context) bool { return c.Request.Context().Value(redirected{}) != nil })
+	for _, tc := range []struct {
+		name      string
+		opts      []ginlimit.Option
+		remaining string
+	}{
+		{"as it is", nil, "8"},
+		{"second pass skipped", []ginlimit.Option{skip}, "9"},
+	} {
+		router := gin.New()
+		router.Use(newMiddleware(t, flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 10)}), tc.opts...))
+		router.GET("/index.html", func(c *gin.Context) { c.String(http.StatusOK, "app") })
+		router.NoRoute(func(c *gin.Context) {
+			c.Request.URL.Path = "/index.html"
+			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), redirected{}, true))
+			router.HandleContext(c)
+		})
+		w := do(router, "GET", "/some/deep/link", "192.0.2.1:1234")
+		if w.Code != http.StatusOK || w.Body.String() != "app" || w.Header().Get("X-RateLimit-Remaining") != tc.remaining {
+			t.Errorf("%s: GET /some/deep/link = %d %q, X-RateLimit-Remaining %q; want 200 \"app\", %q", tc.name, w.Code, w.Body.String(), w.Header().Get("X-RateLimit-Remaining"), tc.remaining)
+		}
 	}
 }

@@ -48,6 +48,27 @@ type middleware struct {
 // context records the pass as well, in a copy of c.Request (two
 // allocations per request).
 //
+// engine.HandleContext, an internal redirect (a single-page app's fallback
+// in NoRoute), runs the engine's middleware again on the same request,
+// after clearing c.Keys, which held the record of the first pass: the
+// request is charged twice. What gin keeps across HandleContext, the
+// request, could carry the record only in a copy of c.Request with a new
+// context, two allocations on every request of every app, for the
+// middleware cannot tell an app that calls HandleContext from one that
+// does not. Serve the fallback without going through the engine again
+// (c.File), or exempt the second pass, marking the request before the
+// call:
+//
+//	type redirected struct{}
+//	rl, err := ginlimit.New(limiter, ginlimit.WithSkipFunc(func(c *gin.Context) bool {
+//		return c.Request.Context().Value(redirected{}) != nil
+//	}))
+//	router.NoRoute(func(c *gin.Context) {
+//		c.Request.URL.Path = "/index.html"
+//		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), redirected{}, true))
+//		router.HandleContext(c)
+//	})
+//
 // For each request it derives the keys, plan and cost, asks the limiter
 // (waiting out a shaping delay, until the request's context ends), and
 // then:
