@@ -20,15 +20,15 @@
 // In front of a ServeMux the middleware asks it which pattern the request
 // matches (http.ServeMux.Handler) before it dispatches: the route, that
 // pattern without its method ("/items/{id}", so that /items/1 and /items/2
-// share a bucket and a path nobody routes gets none), keys the endpoint
-// scope with the method and selects the rules limited to routes
-// (core.Rule.Routes), all decided together. Wrapping each route's handler
-// works too, for the mux has set the pattern by then. Around any other
-// handler the route is unknown: a request that a route-scoped or endpoint
-// rule could apply to, or whose key function reads the route, fails with
-// flow.ErrRouteUnknown, never skipping the tier. The same Middleware
-// installed twice on a request's way charges it once; a second Middleware
-// over the same limiter fails it with
+// share a bucket, and a path nobody routes, or that the mux redirects,
+// gets none), keys the endpoint scope with the method and selects the
+// rules limited to routes (core.Rule.Routes), all decided together.
+// Wrapping each route's handler works too, for the mux has set the pattern
+// by then. Around any other handler the route is unknown: a request that a
+// route-scoped or endpoint rule could apply to, or whose key function
+// reads the route, fails with flow.ErrRouteUnknown, never skipping the
+// tier. The same Middleware installed twice on a request's way charges it
+// once; a second Middleware over the same limiter fails it with
 // flow.ErrInstalledTwice. Handler has the signature of the usual
 // middleware, func(http.Handler) http.Handler, for routers that take one.
 //

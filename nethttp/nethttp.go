@@ -2,6 +2,7 @@ package nethttp
 
 import (
 	"net/http"
+	"reflect"
 
 	"github.com/bucketry/ratelimit/core"
 	"github.com/bucketry/ratelimit/flow"
@@ -58,7 +59,9 @@ func New(limiter *core.Limiter, opts ...Option) (*Middleware, error) {
 //
 // The route (the endpoint scope's key, and what core.Rule.Routes select)
 // is the ServeMux pattern of the route the request reaches, without its
-// method ("/items/{id}"). Install the middleware once, around the whole
+// method ("/items/{id}"), and none for a request the mux answers itself
+// (404, 405, and the redirects it makes to a path with a final "/" or a
+// clean one). Install the middleware once, around the whole
 // mux, m.Handler(mux): it asks the mux which pattern the request matches
 // (http.ServeMux.Handler) before the mux dispatches it, and limits
 // stricter routes with rules limited to them. It asks only when something
@@ -91,13 +94,31 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	}
 	h := &handler{m: m, next: next}
 	if mux, ok := next.(*http.ServeMux); ok {
-		h.find = func(r *http.Request) (string, bool) {
-			_, p := mux.Handler(r)
-			return p, true
-		}
+		h.find = func(r *http.Request) (string, bool) { return muxPattern(mux, r), true }
 	}
 	m.engine.HandlerMade()
 	return h
+}
+
+// redirectType is the type of the handlers http.RedirectHandler makes.
+var redirectType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
+
+// muxPattern returns the pattern of the route mux dispatches r to, or ""
+// when it answers r itself: not found, method not allowed, or a redirect
+// it makes for the request (to the path with a final "/", or to the clean
+// path), for which http.ServeMux.Handler reports the pattern of a route
+// the request does not reach, or for CONNECT the path itself, which the
+// client chooses. The mux makes a new redirect handler each time it is
+// asked, where a route's own redirect handler is the same one: a second
+// look tells them apart, on redirects only.
+func muxPattern(mux *http.ServeMux, r *http.Request) string {
+	h, p := mux.Handler(r)
+	if reflect.TypeOf(h) == redirectType {
+		if again, _ := mux.Handler(r); again != h {
+			return ""
+		}
+	}
+	return p
 }
 
 type handler struct {

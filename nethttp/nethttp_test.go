@@ -123,6 +123,50 @@ func TestRouteResolution(t *testing.T) {
 	}
 }
 
+// TestRouteOfRedirects: a request the mux answers with a redirect it makes
+// reaches no route, like one it answers 404: a CONNECT request to a path
+// the mux redirects to the path with a final "/" (for which the mux
+// reports the path as its pattern), a GET to such a path, and one to a
+// path to clean; the endpoint tier does not apply to them, so a client
+// makes no bucket per path. A route whose own handler redirects is a
+// route.
+func TestRouteOfRedirects(t *testing.T) {
+	l := flowtest.Limiter(t,
+		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 100)},
+		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 100)},
+	)
+	m, err := nethttp.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/items/{id}/", func(http.ResponseWriter, *http.Request) {})
+	mux.Handle("/old", http.RedirectHandler("/new", http.StatusMovedPermanently))
+	h := m.Handler(mux)
+	const (
+		both   = `"per-endpoint";q=100;w=6000, "per-ip";q=100;w=6000`
+		ipOnly = `"per-ip";q=100;w=6000`
+	)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		policy       string
+	}{
+		{"CONNECT", "/items/a", 307, ipOnly},
+		{"CONNECT", "/items/b", 307, ipOnly},
+		{"GET", "/items/a", 307, ipOnly},
+		{"GET", "/x/../items/a/", 307, ipOnly},
+		{"GET", "/items/a/", 200, both},
+		{"GET", "/old", 301, both},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if rec.Code != tc.status || rec.Header().Get("RateLimit-Policy") != tc.policy {
+			t.Errorf("%s %s = %d, RateLimit-Policy %q; want %d, %q", tc.method, tc.path, rec.Code, rec.Header().Get("RateLimit-Policy"), tc.status, tc.policy)
+		}
+	}
+}
+
 // TestRouteUnknownWhenRead: around a handler that is not a mux, outside
 // one, a request fails with flow.ErrRouteUnknown (500, the handler not
 // run) when a key function reads the route, as the route's own
