@@ -189,8 +189,11 @@ func WithCacheControl(on bool) HeaderOption {
 }
 
 // WithShadowTiers makes the fields report tiers in shadow mode (see
-// WithShadow) like the others when on. The default, off, leaves them out:
-// a client is told only of the limits that are enforced.
+// WithShadow) like the others when on; the fields of the deciding tier
+// (X-RateLimit-*, Retry-After) still describe an enforced one, if any (see
+// Decision). The default, off, leaves them out: a client is told only of
+// the limits that are enforced, and of none when every tier is in shadow
+// mode.
 func WithShadowTiers(on bool) HeaderOption {
 	return headerOptionFunc(func(c *headerConfig) { c.shadow = on })
 }
@@ -905,7 +908,8 @@ func newRuleText(tiers []TierState) *ruleText {
 }
 
 // decidingTier returns the index of d's deciding tier in tiers, or -1 when no
-// rule applied.
+// rule applied or tiers leaves it out: a shadow tier, which decides only
+// when every tier is in shadow mode, in a format that hides them.
 func decidingTier(d *Decision, tiers []TierState) int {
 	if d.Limit == 0 {
 		return -1

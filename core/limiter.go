@@ -268,13 +268,16 @@ func WithLatencySampling(n int) Option {
 // WithShadow puts every rule in shadow mode when on (see Rule.Shadow): the
 // limiter decides, reports through Decision, observers and (by choice)
 // headers, and never denies. A request that shadow tiers alone would deny
-// is allowed with Decision.ShadowDenied set. Tokens are taken as if the
-// shadow tiers were enforced, so that their buckets show what enforcing
-// them would do: such a request takes nothing from the shadow tiers (a
-// denied request takes nothing), and the enforced tiers, if any, are
-// charged in a second store call, since the request does go ahead. A
-// request that every tier allows is charged on every tier, in one call.
-// The default is off.
+// is allowed with Decision.ShadowDenied set. A shadow tier never delays a
+// request (Decision.Delay), and makes a Decision's summary only when every
+// tier is in shadow mode, as under WithShadow(true): when an enforced tier
+// applies, the client is told and waits what the enforced tiers say.
+// Tokens are taken as if the shadow tiers were enforced, so that their
+// buckets show what enforcing them would do: such a request takes nothing
+// from the shadow tiers (a denied request takes nothing), and the enforced
+// tiers, if any, are charged in a second store call, since the request
+// does go ahead. A request that every tier allows is charged on every
+// tier, in one call. The default is off.
 func WithShadow(on bool) Option {
 	return optionFunc(func(c *config) { c.shadow = on })
 }
@@ -1316,7 +1319,8 @@ type TierState struct {
 	Limit *Limit // the limit applied: the rule's, or the identity's from its Lookup; read only
 	BucketState
 	// Shadow: the tier was decided in shadow mode (Rule.Shadow or
-	// WithShadow) and did not count towards Allowed.
+	// WithShadow) and did not count towards Allowed, Delay or, unless
+	// every tier is in shadow mode, the summary.
 	Shadow bool
 }
 
@@ -1349,12 +1353,15 @@ type tierRec struct {
 type tierFlags uint8
 
 // Decision is the outcome of one request against every tier that applies.
-// The summary fields come from the deciding tier: the denying one with the
-// longest RetryAfter (a cost that can never pass counts as longest), or, when
-// allowed, the one with the least Remaining. A request to which no rule
-// applies is allowed with Limit 0 and no tiers. The zero value is a denial
-// with no tiers and no reason. A Decision is a plain value: several
-// goroutines may read one, but none may write it meanwhile.
+// The summary fields come from the deciding tier, chosen among the enforced
+// tiers, or among the tiers in shadow mode only when every tier is: the
+// denying one with the longest RetryAfter (a cost that can never pass counts
+// as longest), or, when none of them denies, the one with the least
+// Remaining. Delay is the longest an enforced tier asks for; a tier in
+// shadow mode never sets it. A request to which no rule applies is allowed
+// with Limit 0 and no tiers. The zero value is a denial with no tiers and
+// no reason. A Decision is a plain value: several goroutines may read one,
+// but none may write it meanwhile.
 type Decision struct {
 	Allowed    bool          // whether the request may proceed (after Delay)
 	Reason     Reason        // why denied; ReasonNone when allowed
@@ -1362,7 +1369,7 @@ type Decision struct {
 	Remaining  int64         // the deciding tier's whole tokens left, >= 0
 	ResetAfter time.Duration // until the deciding tier is full again
 	RetryAfter time.Duration // when denied: until the cost can pass
-	Delay      time.Duration // when allowed by a shaping tier: wait this long first
+	Delay      time.Duration // when allowed by an enforced shaping tier: wait this long first
 	Rule       string        // the deciding tier's rule name
 	Scope      Scope         // the deciding tier's scope
 	Cost       int64         // the cost asked for
@@ -1381,8 +1388,9 @@ type Decision struct {
 
 	// ShadowDenied is true when tiers in shadow mode alone would have
 	// denied the request, which was allowed (see WithShadow); the summary
-	// fields then describe the enforced tiers, and Tiers has the shadow
-	// tiers' states, denying.
+	// fields then describe the enforced tiers (when every tier is in
+	// shadow mode, the one that would have denied, with no Reason or
+	// RetryAfter), and Tiers has the shadow tiers' states, denying.
 	ShadowDenied bool
 
 	n     int
@@ -1533,17 +1541,30 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 		return
 	}
 	d.setTiers(n)
-	best := -1
+	// The summary comes from the enforced tiers, from the shadow ones only
+	// when every tier is in shadow mode, and Delay never from a shadow
+	// tier: shadow tiers never change what the client is told or waits.
+	// When shadow tiers alone deny, the enforced tier chosen here is
+	// provisional: unshadow decides the request again on the enforced
+	// tiers, and that decision's summary is the one returned.
+	best, bestShadow := -1, -1
 	allowed := true
 	for i := range states {
 		allowed = allowed && states[i].Allowed
 	}
 	for i := range states {
 		st := &states[i]
+		inShadow := shadow || rules[i].Shadow
 		if d.more != nil {
-			d.more[i] = TierState{Rule: rules[i], Limit: limit(i), BucketState: *st, Shadow: shadow || rules[i].Shadow}
+			d.more[i] = TierState{Rule: rules[i], Limit: limit(i), BucketState: *st, Shadow: inShadow}
 		} else {
-			d.setRec(i, rules[i], limit(i), st, shadow || rules[i].Shadow)
+			d.setRec(i, rules[i], limit(i), st, inShadow)
+		}
+		if inShadow {
+			if bestShadow < 0 || decides(st, &states[bestShadow], allowed) {
+				bestShadow = i
+			}
+			continue
 		}
 		if best < 0 || decides(st, &states[best], allowed) {
 			best = i
@@ -1551,6 +1572,9 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 		if allowed && st.Delay > d.Delay {
 			d.Delay = st.Delay
 		}
+	}
+	if best < 0 {
+		best = bestShadow // every tier in shadow mode
 	}
 	b := &states[best]
 	r := rules[best]
@@ -1574,12 +1598,13 @@ func (d *Decision) clear() {
 	d.Degraded, d.Err, d.ShadowDenied = false, nil, false
 }
 
-// fillOne is fill for one tier, of rule r under l, which decides alone.
+// fillOne is fill for one tier, of rule r under l, which decides alone;
+// in shadow mode, it sets no Delay.
 func (d *Decision) fillOne(r *Rule, l *Limit, st *BucketState, shadow bool) {
 	d.setTiers(1)
 	d.setRec(0, r, l, st, shadow)
 	d.Allowed, d.Reason, d.Delay = st.Allowed, st.Reason, 0
-	if st.Allowed {
+	if st.Allowed && !shadow {
 		d.Delay = st.Delay
 	}
 	d.Limit, d.Remaining = l.burst, st.Remaining

@@ -360,6 +360,98 @@ func TestShadowManyTiers(t *testing.T) {
 	}
 }
 
+// TestShadowTiersNeverDecide: a shadow tier never decides what the client
+// is told or waits when an enforced tier applies: the summary, the header
+// fields and Delay come from the enforced tiers, whatever the shadow tiers
+// say. Only when every tier is in shadow mode do they make the summary,
+// and even then they set no Delay.
+func TestShadowTiersNeverDecide(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		rules   []Rule
+		before  int // requests made at t0 before the one checked
+		allowed bool
+		rule    string
+		left    int64
+		retry   time.Duration
+		headers map[string]string // fields the default HeaderFormat sets, "" for absent
+	}{
+		{
+			name: "both deny, the shadow tier longer",
+			rules: []Rule{
+				{Name: "tight", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1)},
+				{Name: "trial", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1), Shadow: true},
+			},
+			before: 1, allowed: false, rule: "tight", left: 0, retry: time.Second,
+			headers: map[string]string{"Retry-After": "1", "X-RateLimit-Limit": "1", "RateLimit-Policy": `"tight";q=1;w=1`},
+		},
+		{
+			name: "the shadow tier has the least left",
+			rules: []Rule{
+				{Name: "enforced", Scope: ScopeUser, Limit: TokenBucket(PerHour(10), 10)},
+				{Name: "trial", Scope: ScopeUser, Limit: TokenBucket(PerHour(5), 5), Shadow: true},
+			},
+			allowed: true, rule: "enforced", left: 9,
+			headers: map[string]string{"X-RateLimit-Remaining": "9", "RateLimit-Policy": `"enforced";q=10;w=3600`, "RateLimit": `"enforced";r=9;t=360`},
+		},
+		{
+			name: "a shadow shaping tier would delay",
+			rules: []Rule{
+				{Name: "enforced", Scope: ScopeUser, Limit: TokenBucket(PerHour(100), 100)},
+				{Name: "trial", Scope: ScopeUser, Limit: Shaping(PerMinute(1), 1, time.Hour), Shadow: true},
+			},
+			before: 1, allowed: true, rule: "enforced", left: 98,
+			headers: map[string]string{"X-RateLimit-Remaining": "98", "RateLimit-Policy": `"enforced";q=100;w=3600`},
+		},
+		{
+			name:  "WithShadow, one shaping tier",
+			opts:  []Option{WithShadow(true)},
+			rules: []Rule{{Name: "paced", Scope: ScopeUser, Limit: Shaping(PerMinute(1), 1, time.Hour)}},
+			// Every tier is in shadow mode: the summary is the shadow
+			// tier's, and the default format reports no tier.
+			before: 1, allowed: true, rule: "paced", left: 0,
+			headers: map[string]string{"X-RateLimit-Remaining": "", "RateLimit-Policy": ""},
+		},
+		{
+			name: "every rule in shadow mode, one shaping",
+			rules: []Rule{
+				{Name: "wide", Scope: ScopeUser, Limit: TokenBucket(PerHour(100), 100), Shadow: true},
+				{Name: "paced", Scope: ScopeUser, Limit: Shaping(PerMinute(1), 1, time.Hour), Shadow: true},
+			},
+			before: 1, allowed: true, rule: "paced", left: 0,
+			headers: map[string]string{"X-RateLimit-Remaining": "", "RateLimit-Policy": ""},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newTestLimiter(t, tc.opts, tc.rules...)
+			for range tc.before {
+				l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+			}
+			d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != tc.allowed || d.Rule != tc.rule || d.Remaining != tc.left || d.RetryAfter != tc.retry || d.Delay != 0 {
+				t.Errorf("AllowAt(t0, 1) = {Allowed:%v Rule:%q Remaining:%d RetryAfter:%v Delay:%v}, want {%v %q %d %v 0s}",
+					d.Allowed, d.Rule, d.Remaining, d.RetryAfter, d.Delay, tc.allowed, tc.rule, tc.left, tc.retry)
+			}
+			f, err := NewHeaderFormat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			f.Headers(&d, func(name, value string) { got[name] = value })
+			for name, want := range tc.headers {
+				if got[name] != want {
+					t.Errorf("header %s = %q, want %q (all: %v)", name, got[name], want, got)
+				}
+			}
+		})
+	}
+}
+
 // TestLoggerThrottlesStoreFailures: a store outage logs one record per
 // kind per interval, with the count of those left out.
 func TestLoggerThrottlesStoreFailures(t *testing.T) {

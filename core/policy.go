@@ -87,8 +87,10 @@ type Rule struct {
 	Lookup Lookup
 	// Disabled rules are kept in the policy but never applied.
 	Disabled bool
-	// Shadow rules are decided and reported like the others but never deny:
-	// see the Limiter's shadow mode (WithShadow) for what they take.
+	// Shadow rules are decided and reported like the others but never deny
+	// or delay a request, nor make a Decision's summary when an enforced
+	// rule applies to it: see the Limiter's shadow mode (WithShadow) for
+	// what they take.
 	Shadow bool
 	// Lease, when its Max is not 0, has each Limiter serve the rule from
 	// tokens it leases from the shared bucket (see Lease). The zero Lease
