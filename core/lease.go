@@ -321,9 +321,14 @@ func (l *Limiter) leaseSlow(ctx context.Context, e *lease, now time.Time, t int6
 		e.limit.Store(lim)
 	}
 	var back, h int64
+	granted := *b // b under the limit e's tokens were granted under
 	if exp := e.expires.Load(); t >= exp || e.limit.Load() != lim {
-		// No lease, or it ended: what it still holds goes back first.
+		// No lease, or it ended: what it still holds goes back first,
+		// under the limit it was taken under, not a new policy's.
 		back = e.tokens.Swap(0)
+		if old := e.limit.Load(); old != nil {
+			granted.Limit = old
+		}
 		if exp != 0 {
 			e.endLocked()
 		}
@@ -355,7 +360,7 @@ func (l *Limiter) leaseSlow(ctx context.Context, e *lease, now time.Time, t int6
 	e.mu.Unlock()
 
 	if back > 0 {
-		l.returnTokens(ctx, *b, back, now)
+		l.returnTokens(ctx, granted, back, now)
 	}
 	g, err := l.takeLease(ctx, *b, need, size, now)
 

@@ -572,6 +572,42 @@ func TestLeasePolicyChange(t *testing.T) {
 	}
 }
 
+// TestLeasePolicyChangeReturnsUnderOldLimit: tokens a lease holds when a
+// new policy changes its limit go back under the limit they were taken
+// under. Half of a burst of 100 at 100/s used, then burst 10 at 10/s (the
+// same fill time of 1s): the bucket is half full, 5 tokens, as an
+// unleased one would be; given back as tokens of the new limit, the
+// unused ones would fill it.
+func TestLeasePolicyChangeReturnsUnderOldLimit(t *testing.T) {
+	ctx := context.Background()
+	s := newLeaseStore(nil)
+	rule := func(rate, burst int64) Rule {
+		return Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerSecond(rate), burst), Lease: Lease{Max: burst, TTL: time.Minute}}
+	}
+	l := leaseLimiter(t, leasePolicy(t, rule(100, 100)), WithStore(s))
+	for i := range 50 {
+		if d, err := l.AllowAt(ctx, t0, Request{}, 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d under the old limit: AllowAt(t0, 1) = %+v, %v; want allowed", i, d, err)
+		}
+	}
+	if err := l.SetPolicy(leasePolicy(t, rule(10, 10))); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 30 {
+		d, err := l.AllowAt(ctx, t0, Request{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("under the new limit, at t0: %d of 30 admitted, want 5 (half the burst of 10)", admitted)
+	}
+}
+
 // TestLeaseCostAboveBurst: a cost the bucket can never hold is denied at
 // once, without a store call.
 func TestLeaseCostAboveBurst(t *testing.T) {
