@@ -42,14 +42,15 @@ import (
 // at a time. Nothing ever locks the whole store. Decisions with explicit times
 // that can step back should keep expired buckets a while (WithReclaimDelay).
 //
-// The store holds at most WithMaxKeys buckets (insertions racing into
-// different shards can pass it by one each). When it is full, an insertion
-// first drops expired buckets of its shard; if none has expired it evicts,
-// among eight sampled buckets of its shard (or, if it has none, of another),
-// the one that would be full soonest. Evicting a bucket forgives what it still
-// owed (at most its burst), so a store too small for its traffic can admit
-// more than the policy; Stats counts evictions so that this is visible. Size
-// the store for the number of live keys.
+// The store holds at most WithMaxKeys buckets, but for the buckets of
+// decisions in progress (see WithMaxKeys for the exact bound). When it is
+// full, an insertion first drops expired buckets of its shard; if none has
+// expired it evicts, among eight sampled buckets of its shard (or, if it has
+// none, of another), the one that would be full soonest, passing by the
+// buckets decisions in progress hold or have just created. Evicting a bucket
+// forgives what it still owed (at most its burst), so a store too small for
+// its traffic can admit more than the policy; Stats counts evictions so that
+// this is visible. Size the store for the number of live keys.
 type MemoryStore struct {
 	rules   atomic.Pointer[map[string]*ruleTable] // copied on write
 	rulesMu sync.Mutex                            // serializes adding a rule's table
@@ -199,6 +200,15 @@ func WithClock(c Clock) MemoryOption {
 // least 1. The default is 1,000,000. At a million token buckets with keys
 // of up to 16 bytes the heap held 75 to 86 bytes per bucket (the
 // benchmarks module's Keys1M scenario, and a million IPv4 addresses).
+//
+// An insertion into a store holding n buckets or more evicts one first
+// (see MemoryStore), and a second while the store holds more than n, so
+// that insertions bring it back to n. The store goes over n, by at most one
+// bucket per insertion, only when insertions race into different shards,
+// or when an insertion finds nothing to evict but buckets that decisions
+// in progress hold or have just created: those are never dropped, so that
+// a decision on more buckets than n (n below its number of tiers, or
+// decisions racing on a small store) still completes.
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOptionFunc(func(cfg *memoryConfig) { cfg.maxKeys = n })
 }
@@ -697,7 +707,7 @@ retry:
 				l.Commit(&st, next, t.Cost)
 			}
 			s.replace(tabs[i], e, newEntry(e.key, l, &st))
-		case e.expiresAt(words[i]) == 0 && e.isNew(words[i]):
+		case e.fresh(words[i]):
 			// Created for this take, or never committed: as good as absent.
 			s.replace(tabs[i], e, nil)
 		default:
@@ -763,6 +773,13 @@ func (e *entry) isNew(w int64) bool {
 	return st.A == 0 && st.B == 0 && st.C == 0 && len(st.Log) == 0
 }
 
+// fresh reports whether e, locked with word w, is as good as absent: a
+// take made it (findOrAdd) and has not committed it yet, and drops it if
+// it does not (takeLocked). Sweeps and evictions pass such an entry by:
+// dropping it would send its take back to look it up again, and with a
+// bound below its number of buckets, forever.
+func (e *entry) fresh(w int64) bool { return e.expiresAt(w) == 0 && e.isNew(w) }
+
 // unlock releases e, locked, with word w.
 func (e *entry) unlock(w int64) { e.word.Store(w) }
 
@@ -818,10 +835,14 @@ func (sh *shard) insert(s *MemoryStore, h uint64, e *entry, now int64) {
 	sh.sweep(s, now, 2)
 	if s.live.Load() >= s.maxKeys {
 		// Full: look a little further for expired entries, then evict.
-		// Both are bounded, so an insert never scans the whole table.
+		// Both are bounded, so an insert never scans the whole table. A
+		// store over the bound (see WithMaxKeys) loses a second, so that
+		// it comes back to it.
 		sh.sweep(s, now, 32)
-		if s.live.Load() >= s.maxKeys && !sh.evict(s) {
-			s.evictElsewhere(sh)
+		for range 2 {
+			if s.live.Load() < s.maxKeys || !sh.evict(s) && !s.evictElsewhere(sh) {
+				break
+			}
 		}
 	}
 	tab := sh.tab.Load()
@@ -903,7 +924,7 @@ func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
 		}
 		// now - delay, not expires + delay: a sliding window expires up to
 		// two MaxSpan after MaxTime, at the very end of int64.
-		if e.expiresAt(w) <= now-s.delay {
+		if e.expiresAt(w) <= now-s.delay && !e.fresh(w) {
 			sh.drop(s, tab, i, e)
 			s.reclaimed.Add(1)
 		} else {
@@ -913,10 +934,10 @@ func (sh *shard) sweep(s *MemoryStore, now int64, n int) {
 }
 
 // evictElsewhere evicts a bucket from another shard than own, of any rule,
-// for an insert into own, which has none to evict. It passes by the shards
-// whose lock is held: the caller holds own's, and waiting for a second one
-// could deadlock with another insert.
-func (s *MemoryStore) evictElsewhere(own *shard) {
+// for an insert into own, which has none to evict, and reports whether it
+// did. It passes by the shards whose lock is held: the caller holds own's,
+// and waiting for a second one could deadlock with another insert.
+func (s *MemoryStore) evictElsewhere(own *shard) bool {
 	for _, rt := range s.tables() {
 		for i := range rt.shards {
 			sh := &rt.shards[i]
@@ -926,15 +947,16 @@ func (s *MemoryStore) evictElsewhere(own *shard) {
 			done := sh.evict(s)
 			sh.mu.Unlock()
 			if done {
-				return
+				return true
 			}
 		}
 	}
+	return false
 }
 
 // evict drops, among up to eight entries from the cursor, the one that
-// expires first: it forgives the least. Entries locked elsewhere (in use,
-// possibly by the caller's own take) are passed by. It reports whether it
+// expires first: it forgives the least. Entries in use, locked or fresh,
+// possibly by the caller's own take, are passed by. It reports whether it
 // dropped one.
 func (sh *shard) evict(s *MemoryStore) bool {
 	tab := sh.tab.Load()
@@ -947,6 +969,10 @@ func (sh *shard) evict(s *MemoryStore) bool {
 		}
 		w, ok := e.tryLock()
 		if !ok {
+			continue
+		}
+		if e.fresh(w) {
+			e.unlock(w)
 			continue
 		}
 		seen++

@@ -164,6 +164,124 @@ func TestMemoryStoreLimitChangeUnderContention(t *testing.T) {
 	}
 }
 
+// boundWatchdog is how long the bound tests give decisions that would
+// otherwise never return.
+const boundWatchdog = 30 * time.Second
+
+// finishes runs f and fails t if it has not returned within boundWatchdog.
+func finishes(t *testing.T, what string, s *MemoryStore, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(boundWatchdog):
+		t.Fatalf("%s did not return within %v (%d evictions so far)", what, boundWatchdog, s.Stats().Evictions)
+	}
+}
+
+// TestMemoryStoreBoundBelowTiers: a store bounded below the number of tiers
+// a request touches still decides it: a take's own new buckets are never
+// evicted to make room for its others. Time stands still, so one identity
+// gets exactly the burst; new identities each leave the store at most the
+// buckets of one decision.
+func TestMemoryStoreBoundBelowTiers(t *testing.T) {
+	ctx := context.Background()
+	for _, maxKeys := range []int{1, 2, 3} {
+		t.Run(strconv.Itoa(maxKeys), func(t *testing.T) {
+			s, err := NewMemoryStore(WithMaxKeys(maxKeys))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newTestLimiter(t, []Option{WithStore(s)},
+				Rule{Name: "user", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 5)},
+				Rule{Name: "ip", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 5)},
+				Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 1000)})
+			admitted := 0
+			finishes(t, "AllowAt on three tiers", s, func() {
+				for range 10 {
+					if d, err := l.AllowAt(ctx, t0, Request{User: "u", IP: "192.0.2.1"}, 1); err == nil && d.Allowed {
+						admitted++
+					}
+				}
+			})
+			if admitted != 5 {
+				t.Errorf("one identity, 10 requests at t0: %d admitted, want the burst of 5", admitted)
+			}
+			finishes(t, "AllowAt on new identities", s, func() {
+				for i := range 200 {
+					req := Request{User: "u" + strconv.Itoa(i), IP: "198.51.100." + strconv.Itoa(i%7)}
+					if _, err := l.AllowAt(ctx, t0, req, 1); err != nil {
+						t.Error(err)
+						return
+					}
+					if k := s.Stats().Keys; k > max(maxKeys, 3) {
+						t.Errorf("request %d: Stats().Keys = %d, want at most %d", i, k, max(maxKeys, 3))
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestMemoryStoreBoundUnderContention: decisions on new keys race on a
+// store bounded to fewer buckets than they use together, each insertion
+// evicting another's bucket. A bucket a decision has just created is never
+// dropped for another's, so every decision returns, and inserts each of
+// its buckets once: time stands still, so none is reclaimed, and every
+// bucket ever inserted is held or evicted. Decisions after the race bring
+// the store back to its bound.
+func TestMemoryStoreBoundUnderContention(t *testing.T) {
+	ctx := context.Background()
+	const (
+		maxKeys    = 2
+		goroutines = 4
+		requests   = 2000 // each goroutine's
+		late       = 8
+	)
+	// One shard per rule: every insertion samples the others' buckets.
+	s, err := NewMemoryStore(WithMaxKeys(maxKeys), WithShards(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLimiter(t, []Option{WithStore(s)},
+		Rule{Name: "user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 100_000)},
+		Rule{Name: "ip", Scope: ScopeIP, Limit: TokenBucket(PerSecond(1), 100_000)})
+	allow := func(req Request) {
+		if d, err := l.AllowAt(ctx, t0, req, 1); err != nil || !d.Allowed {
+			t.Errorf("AllowAt(t0, %+v) = %v, %v; want allowed", req, d.Allowed, err)
+		}
+	}
+	finishes(t, "racing AllowAt", s, func() {
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range requests {
+					id := strconv.Itoa(g) + "-" + strconv.Itoa(i)
+					allow(Request{User: "u" + id, IP: "ip" + id})
+				}
+			}()
+		}
+		wg.Wait()
+	})
+	for i := range late {
+		allow(Request{User: "late" + strconv.Itoa(i), IP: "late" + strconv.Itoa(i)})
+	}
+	st := s.Stats()
+	if inserted := int64(2 * (goroutines*requests + late)); st.Reclaimed != 0 || int64(st.Keys)+st.Evictions != inserted {
+		t.Errorf("Stats() = %+v: want none reclaimed, held + evicted = the %d buckets inserted once each", st, inserted)
+	}
+	if st.Keys != maxKeys {
+		t.Errorf("after %d decisions on new keys: Stats().Keys = %d, want the bound, %d", late, st.Keys, maxKeys)
+	}
+}
+
 // TestTiersAllocs: a decision on up to eight tiers, on existing buckets of
 // the memory store, allocates nothing: the tiers live on the stack and in
 // the Decision.
