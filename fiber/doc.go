@@ -41,7 +41,12 @@
 // (under the app's CaseSensitive and StrictRouting), for routes of plain
 // syntax: static segments, whole-segment parameters and a final "*" or
 // "+". A request that matches no route has none (fiber's 404): the
-// endpoint tiers do not apply to it, and the others do. If a route of
+// endpoint tiers do not apply to it, and the others do. The search
+// passes app.Static's routes by, as fiber registers them as it does
+// app.Use's middleware: a request for a file they serve gets the route of
+// a later route its path matches, or none, and the rules limited to the
+// static prefix's routes do not apply to it; limit such files with rules
+// of other scopes (ScopeIP, ScopeUser). If a route of
 // another syntax (an optional parameter, a constraint such as ":id<int>",
 // a parameter within a segment) comes first, the route cannot be told,
 // and a request that a route-scoped or endpoint rule could apply to, or
