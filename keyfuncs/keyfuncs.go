@@ -101,7 +101,10 @@ type Static struct {
 	Ctx context.Context
 	// HTTPMethod is returned by Method ("GET"; "" for gRPC).
 	HTTPMethod string
-	// RouteTemplate is returned by Route ("GET /items/{id}", "/items/:id").
+	// RouteTemplate is returned by Route, in the form Request.Route
+	// describes and core.ParseRoute reads: "/items/{id}", without the
+	// method, never a router's own syntax ("/items/:id"), which no rule's
+	// Routes would match.
 	RouteTemplate string
 	// RPCMethod is returned by FullMethod ("/pkg.Service/Method"; "" for
 	// HTTP).
