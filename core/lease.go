@@ -143,8 +143,9 @@ type lease struct {
 
 	mu      sync.Mutex
 	refill  *refill     // the store call in flight; nil: none
-	gen     uint64      // counts grants and ends: a timer acts only on its own lease
-	timer   *time.Timer // ends the lease at its TTL
+	gen     uint64      // counts timers and ends: a timer acts only on its own generation
+	timer   *time.Timer // ends the lease and forgets e; nil: none pending (the refill in flight arms one)
+	asked   bool        // a request was denied from e since the timer was armed
 	blocked bool        // the last refill found the shared bucket short
 	blockAt int64       // then a request short by s tokens waits until blockAt + s*interval
 	held    int64       // tokens held right after the last grant or end
@@ -350,6 +351,12 @@ func (l *Limiter) leaseSlow(ctx context.Context, e *lease, now time.Time, t int6
 		if until := e.blockAt + need*lim.interval; t < until {
 			rem := e.tokens.Add(h)
 			e.held = rem
+			if e.timer == nil {
+				// The lease just ended, stopping its timer.
+				e.armLocked(l, r.Lease.TTL)
+			} else {
+				e.asked = true
+			}
 			e.mu.Unlock()
 			return BucketState{Reason: ReasonLimited, Remaining: rem, ResetAfter: time.Duration(max(e.resetAt.Load()-t, 0)), RetryAfter: time.Duration(until - t)}, false, false, nil
 		}
@@ -397,6 +404,12 @@ func (l *Limiter) leaseSlow(ctx context.Context, e *lease, now time.Time, t int6
 			st.Reason = ReasonLimited
 		}
 	}
+	if e.timer == nil {
+		// Denied or failed, after the lease ended or its timer fired
+		// during the refill, or with no lease yet: nothing else would
+		// forget e.
+		e.armLocked(l, r.Lease.TTL)
+	}
 	e.held = e.tokens.Load()
 	e.refill = nil
 	close(rf.done)
@@ -410,15 +423,25 @@ func (e *lease) grantLocked(l *Limiter, lim *Limit, t, t2 int64, ttl time.Durati
 	e.limit.Store(lim)
 	e.resetAt.Store(t2 + int64(reset))
 	e.blocked = false
+	// The lease ends ttl after the store was asked, on the limiter's
+	// clock; the timer gives back the tokens of a bucket nobody asks for.
+	e.expires.Store(t + int64(ttl))
+	e.armLocked(l, ttl)
+}
+
+// armLocked starts e's timer, in place of any other: ttl from now it ends
+// e's lease, if any, and forgets e unless a request was denied from it
+// meanwhile (see expireLease). Every entry in the table has a timer
+// pending or a refill in flight, whose end arms one when none is pending:
+// so each is forgotten, whatever its last refill said.
+func (e *lease) armLocked(l *Limiter, ttl time.Duration) {
 	e.gen++
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	// The lease ends ttl after the store was asked, on the limiter's
-	// clock; the timer gives back the tokens of a bucket nobody asks for.
-	e.expires.Store(t + int64(ttl))
+	e.asked = false
 	gen := e.gen
-	e.timer = time.AfterFunc(ttl, func() { l.expireLease(e, gen) })
+	e.timer = time.AfterFunc(ttl, func() { l.expireLease(e, gen, ttl) })
 }
 
 // endLocked ends e's lease, whose tokens the caller has taken.
@@ -463,29 +486,65 @@ func (e *lease) size(t int64, ls Lease) int64 {
 	return max(int64(est), 1)
 }
 
-// expireLease is the timer of lease e, generation gen: it gives back what
-// the lease still holds and drops e from the table. A newer grant, a
-// refill in flight or an earlier end make it do nothing.
-func (l *Limiter) expireLease(e *lease, gen uint64) {
+// expireLease is the timer of e, generation gen, armed for ttl: it gives
+// back what e still holds, under the limit it was granted under, and drops
+// e from the table. When a request was denied from e meanwhile, e stays,
+// with its lease ended, for another ttl: it remembers that the shared
+// bucket is short, which spares the store a call per request. A newer
+// timer, an earlier end or a refill in flight (whose end arms a timer)
+// make it do nothing.
+func (l *Limiter) expireLease(e *lease, gen uint64, ttl time.Duration) {
 	e.mu.Lock()
-	if e.gen != gen || e.refill != nil || e.dead.Load() {
+	if e.gen != gen || e.dead.Load() {
 		e.mu.Unlock()
 		return
 	}
+	if e.refill != nil {
+		e.timer = nil
+		e.mu.Unlock()
+		return
+	}
+	if e.asked {
+		back, lim := e.tokens.Swap(0), e.limit.Load()
+		e.endLocked()
+		e.held = 0 // going back, not used
+		if back > 0 {
+			e.blocked = false // the bucket gets tokens back
+		}
+		e.armLocked(l, ttl)
+		e.mu.Unlock()
+		l.returnHeld(context.Background(), e, back, lim)
+		return
+	}
+	back, lim := e.forgetLocked()
+	e.mu.Unlock()
+	l.leases.remove(e)
+	l.returnHeld(context.Background(), e, back, lim)
+}
+
+// forgetLocked ends e's lease and marks e out of the table, for the caller
+// to remove once it unlocks e. It returns the tokens e held and the limit
+// they were granted under.
+func (e *lease) forgetLocked() (int64, *Limit) {
 	// Dead first: a put-back after the swap then sees it (see putBack).
 	e.dead.Store(true)
 	back := e.tokens.Swap(0)
-	lim := e.limit.Load()
 	e.endLocked()
-	e.mu.Unlock()
-	l.leases.remove(e)
-	if back > 0 {
-		l.returnTokens(context.Background(), Bucket{Rule: e.key.rule, Key: e.key.key, Limit: lim}, back, time.Time{})
+	return back, e.limit.Load()
+}
+
+// returnHeld gives back the n tokens lease e held, granted under lim, to
+// the store.
+func (l *Limiter) returnHeld(ctx context.Context, e *lease, n int64, lim *Limit) error {
+	if n <= 0 || lim == nil {
+		return nil
 	}
+	return l.returnTokens(ctx, Bucket{Rule: e.key.rule, Key: e.key.key, Limit: lim}, n, time.Time{})
 }
 
 // ReturnLeases gives back to the store every token this limiter holds in
-// leases (see Lease) and ends the leases; later requests take new ones.
+// leases (see Lease), ends the leases and forgets their buckets; later
+// requests take new ones.
 // Call it when an instance shuts down, after it has stopped serving: the
 // tokens it held are then not lost to the other instances. It returns the
 // store's errors, joined, for the returns that failed (their tokens are
@@ -506,15 +565,11 @@ func (l *Limiter) ReturnLeases(ctx context.Context) error {
 			e.mu.Unlock()
 			continue
 		}
-		back := e.tokens.Swap(0)
-		lim := e.limit.Load()
-		e.endLocked()
-		e.held = 0
+		back, lim := e.forgetLocked()
 		e.mu.Unlock()
-		if back > 0 && lim != nil {
-			if err := l.returnTokens(ctx, Bucket{Rule: e.key.rule, Key: e.key.key, Limit: lim}, back, time.Time{}); err != nil {
-				errs = append(errs, err)
-			}
+		l.leases.remove(e)
+		if err := l.returnHeld(ctx, e, back, lim); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -1,8 +1,11 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +24,7 @@ type leaseStore struct {
 	mu      sync.Mutex
 	states  map[[2]string]*State
 	fail    error         // every call fails with it, when set
+	down    error         // TakeLease fails with it, when set: Take and ReturnLease work
 	gate    chan struct{} // TakeLease waits for it, when set
 	entered chan struct{} // TakeLease sends to it before waiting for gate
 
@@ -55,6 +59,13 @@ func (f *leaseStore) state(b *Bucket) *State {
 func (f *leaseStore) setFail(err error) {
 	f.mu.Lock()
 	f.fail = err
+	f.mu.Unlock()
+}
+
+// setDown has TakeLease alone fail with err (nil: none).
+func (f *leaseStore) setDown(err error) {
+	f.mu.Lock()
+	f.down = err
 	f.mu.Unlock()
 }
 
@@ -103,8 +114,8 @@ func (f *leaseStore) TakeLease(_ context.Context, b Bucket, need, size int64, no
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.fail != nil {
-		return LeaseGrant{}, f.fail
+	if err := cmp.Or(f.fail, f.down); err != nil {
+		return LeaseGrant{}, err
 	}
 	t := f.now(now)
 	s := f.state(&b)
@@ -141,6 +152,21 @@ func (f *leaseStore) tokens(lim *Limit, rule, key string, now time.Time) int64 {
 	defer f.mu.Unlock()
 	st, _ := lim.Decide(f.state(&Bucket{Rule: rule, Key: key}), now.UnixNano(), 0)
 	return st.Remaining
+}
+
+// hookStore is a leaseStore that calls hook, when set, at the start of
+// each Take: another request can then run while one is between its leased
+// and its unleased tiers.
+type hookStore struct {
+	*leaseStore
+	hook func()
+}
+
+func (h *hookStore) Take(ctx context.Context, t *Take) error {
+	if h.hook != nil {
+		h.hook()
+	}
+	return h.leaseStore.Take(ctx, t)
 }
 
 // plainStore is a Store that cannot lease.
@@ -417,6 +443,358 @@ func TestLeaseTimerReturnsIdle(t *testing.T) {
 		}
 		if e := l.leases.peek("global", "*"); e != nil {
 			t.Fatal("the idle lease is still in the table")
+		}
+	})
+}
+
+// waitForgotten lets a minute pass in t's synctest bubble, past every
+// lease timer, and fails t for each of ls that still holds an entry.
+func waitForgotten(t *testing.T, ls ...*Limiter) {
+	t.Helper()
+	time.Sleep(time.Minute)
+	synctest.Wait()
+	for i, l := range ls {
+		if n := len(l.leases.all()); n != 0 {
+			t.Errorf("a minute later, limiter %d holds %d lease entries, want none", i, n)
+		}
+	}
+}
+
+// TestLeaseForgetsIdleBuckets: a bucket nobody asks for leaves the table,
+// whatever its last refill said (granted, denied, failed, after the lease
+// ended or while its timer fired), and every token its lease held goes
+// back: the shared bucket then holds the burst less what was admitted.
+func TestLeaseForgetsIdleBuckets(t *testing.T) {
+	// 10 tokens an hour, burst 10: none refills during a case.
+	r := Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerHour(10), 10), Lease: Lease{Max: 5, TTL: time.Second}}
+	t1 := t0.Add(2 * time.Second) // leases taken at t0 have ended
+	type step struct {
+		on      string    // "a" or "b": the instance asked
+		at      time.Time // the limiter's clock
+		cost    int64
+		allowed bool
+		down    bool // TakeLease fails (FailOpen: allowed, nothing taken)
+		slow    bool // the refill is held until the lease's timer has fired
+	}
+	for _, tc := range []struct {
+		name     string
+		steps    []step
+		admitted int64 // tokens taken by admitted requests
+	}{
+		{"granted", []step{
+			{on: "a", at: t0, cost: 1, allowed: true},
+			{on: "a", at: t0, cost: 1, allowed: true}, // a lease of 5: 4 held
+		}, 2},
+		{"denied", []step{
+			{on: "b", at: t0, cost: 10, allowed: true}, // drains the bucket
+			{on: "a", at: t0, cost: 1},
+		}, 10},
+		{"failed", []step{
+			{on: "a", at: t0, cost: 1, allowed: true, down: true},
+		}, 0},
+		{"ended_then_denied", []step{
+			{on: "a", at: t0, cost: 1, allowed: true},
+			{on: "a", at: t0, cost: 1, allowed: true},
+			{on: "a", at: t1, cost: 9}, // the 4 held go back: 8 < 9
+		}, 2},
+		{"ended_then_failed", []step{
+			{on: "a", at: t0, cost: 1, allowed: true},
+			{on: "a", at: t0, cost: 1, allowed: true},
+			{on: "a", at: t1, cost: 1, allowed: true, down: true},
+		}, 2},
+		{"ended_then_denied_locally", []step{
+			{on: "a", at: t0, cost: 6, allowed: true},
+			{on: "a", at: t0, cost: 4, allowed: true}, // asks for 5, drains the 4 left
+			{on: "a", at: t1, cost: 1},                // nothing held to give back
+		}, 10},
+		{"timer_fired_during_denied_refill", []step{
+			{on: "a", at: t0, cost: 1, allowed: true},
+			{on: "a", at: t0, cost: 1, allowed: true},
+			{on: "b", at: t0, cost: 4, allowed: true}, // drains the bucket
+			{on: "a", at: t0, cost: 5, slow: true},    // the 4 held stay held
+		}, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				s := newLeaseStore(NewManualClock(t0))
+				p := leasePolicy(t, r)
+				a, b := leaseLimiter(t, p, WithStore(s)), leaseLimiter(t, p, WithStore(s))
+				for i, st := range tc.steps {
+					l := a
+					if st.on == "b" {
+						l = b
+					}
+					if st.down {
+						s.setDown(errors.New("lease node down"))
+					}
+					var d Decision
+					if st.slow {
+						gate, entered := make(chan struct{}), make(chan struct{}, 1)
+						s.mu.Lock()
+						s.gate, s.entered = gate, entered
+						s.mu.Unlock()
+						done := make(chan struct{})
+						go func() {
+							d, _ = l.AllowAt(ctx, st.at, Request{User: "u"}, st.cost)
+							close(done)
+						}()
+						<-entered
+						s.mu.Lock()
+						s.gate = nil
+						s.mu.Unlock()
+						time.Sleep(2 * r.Lease.TTL)
+						synctest.Wait()
+						close(gate)
+						<-done
+					} else {
+						d, _ = l.AllowAt(ctx, st.at, Request{User: "u"}, st.cost)
+					}
+					s.setDown(nil)
+					if d.Allowed != st.allowed {
+						t.Fatalf("step %d: %s.AllowAt(t0+%v, %d) = allowed %v, want %v", i, st.on, st.at.Sub(t0), st.cost, d.Allowed, st.allowed)
+					}
+				}
+				waitForgotten(t, a, b)
+				lim := p.Rules()[0].Limit
+				if got, want := s.tokens(&lim, "per-user", "u", t1), 10-tc.admitted; got != want {
+					t.Errorf("the shared bucket holds %d, want %d (10 less the %d admitted)", got, want, tc.admitted)
+				}
+			})
+		})
+	}
+}
+
+// TestLeaseForgetsManyIdentities: on a leased rule keyed per user, every
+// user's entry is forgotten once nobody asks for it: those whose refill
+// another instance's use denied, and those seen while TakeLease failed.
+func TestLeaseForgetsManyIdentities(t *testing.T) {
+	const users = 1000
+	t.Run("denied", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			s := newLeaseStore(nil)
+			r := Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1), Lease: Lease{Max: 1, TTL: time.Second}}
+			p := leasePolicy(t, r)
+			a, b := leaseLimiter(t, p, WithStore(s)), leaseLimiter(t, p, WithStore(s))
+			for i := range users {
+				req := Request{User: "user-" + strconv.Itoa(i)}
+				if d, err := a.Allow(ctx, req); err != nil || !d.Allowed {
+					t.Fatalf("a.Allow(%s) = %+v, %v; want allowed", req.User, d, err)
+				}
+				if d, err := b.Allow(ctx, req); err != nil || d.Allowed {
+					t.Fatalf("b.Allow(%s) = %+v, %v; want denied: a took the burst", req.User, d, err)
+				}
+			}
+			waitForgotten(t, a, b)
+		})
+	})
+	t.Run("failed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			s := newLeaseStore(nil)
+			r := Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerSecond(10), 10), Lease: Lease{Max: 5, TTL: time.Second}}
+			l := leaseLimiter(t, leasePolicy(t, r), WithStore(s))
+			s.setFail(errors.New("store down"))
+			for i := range users {
+				l.Allow(ctx, Request{User: "user-" + strconv.Itoa(i)})
+			}
+			s.setFail(nil)
+			waitForgotten(t, l)
+		})
+	})
+}
+
+// TestLeaseKeepsBucketWhileDenied: an entry that denies requests locally
+// (the shared bucket is short) stays while they keep coming, sparing the
+// store a call each, and is forgotten a TTL or two after the last.
+func TestLeaseKeepsBucketWhileDenied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newLeaseStore(NewManualClock(t0))
+		r := Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerHour(10), 10), Lease: Lease{Max: 5, TTL: time.Second}}
+		p := leasePolicy(t, r)
+		a, b := leaseLimiter(t, p, WithStore(s)), leaseLimiter(t, p, WithStore(s))
+		req := Request{User: "u"}
+		if d, err := b.AllowAt(ctx, t0, req, 10); err != nil || !d.Allowed {
+			t.Fatalf("b.AllowAt(t0, 10) = %+v, %v; want allowed", d, err)
+		}
+		start := time.Now()
+		for _, tc := range []struct {
+			at    time.Duration // since t0, on the limiter's clock and the timers'
+			held  bool          // a's entry is in the table before the request
+			calls int64         // store calls the request makes
+		}{
+			{0, false, 1},
+			{500 * time.Millisecond, true, 0},
+			{1500 * time.Millisecond, true, 0},  // the timer at 1s kept it
+			{3500 * time.Millisecond, false, 1}, // the timer at 3s forgot it
+		} {
+			time.Sleep(start.Add(tc.at).Sub(time.Now()))
+			synctest.Wait()
+			if held := a.leases.peek("per-user", "u") != nil; held != tc.held {
+				t.Fatalf("t0+%v: a's entry in the table = %v, want %v", tc.at, held, tc.held)
+			}
+			calls := s.leases.Load()
+			d, err := a.AllowAt(ctx, t0.Add(tc.at), req, 1)
+			if got := s.leases.Load() - calls; err != nil || d.Allowed || got != tc.calls {
+				t.Fatalf("t0+%v: a.AllowAt(1) = allowed %v, %v, %d store calls; want denied, %d calls", tc.at, d.Allowed, err, got, tc.calls)
+			}
+		}
+		waitForgotten(t, a)
+	})
+}
+
+// TestLeaseForgetsPutBack: tokens a denied request puts back into an entry
+// whose lease has ended go back to the store before the entry is dropped.
+// The request takes from the lease, and while its unleased tier is in the
+// store another request ends the lease and is denied a refill.
+func TestLeaseForgetsPutBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := &hookStore{leaseStore: newLeaseStore(NewManualClock(t0))}
+		global := Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(10), 10), Lease: Lease{Max: 5, TTL: time.Second}}
+		p := leasePolicy(t, global, Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1)})
+		a, b := leaseLimiter(t, p, WithStore(s)), leaseLimiter(t, p, WithStore(s))
+		t1 := t0.Add(2 * time.Second) // the lease of t0 has ended
+		for i, tc := range []struct {
+			l       *Limiter
+			req     Request
+			cost    int64
+			allowed bool
+		}{
+			{a, Request{}, 1, true},
+			{a, Request{}, 1, true}, // a lease of 5: 4 held
+			{b, Request{}, 4, true}, // drains the bucket
+			{a, Request{User: "u"}, 1, true},
+		} {
+			if d, err := tc.l.AllowAt(ctx, t0, tc.req, tc.cost); err != nil || d.Allowed != tc.allowed {
+				t.Fatalf("step %d: AllowAt(t0, %d) = %+v, %v; want allowed %v", i, tc.cost, d, err, tc.allowed)
+			}
+		}
+		s.hook = func() {
+			s.hook = nil
+			// Gives back the 2 left, and is denied 4.
+			if d, err := a.AllowAt(ctx, t1, Request{}, 4); err != nil || d.Allowed {
+				t.Errorf("AllowAt(t1, 4) during the per-user take = %+v, %v; want denied", d, err)
+			}
+		}
+		if d, err := a.AllowAt(ctx, t0, Request{User: "u"}, 1); err != nil || d.Allowed || d.Rule != "per-user" {
+			t.Fatalf("second request of u = %+v, %v; want denied by per-user", d, err)
+		}
+		waitForgotten(t, a, b)
+		lim := p.Rules()[0].Limit
+		if got := s.tokens(&lim, "global", "*", t1); got != 3 {
+			t.Fatalf("the shared bucket holds %d, want 3 (10 less the 7 admitted)", got)
+		}
+	})
+}
+
+// TestLeaseForgetsUnderLoad: 3 instances, 8 goroutines each, on 32 users'
+// leased buckets beside 4 unleased per-IP ones, while refills are granted,
+// denied (the users' buckets run dry) and fail (TakeLease down now and
+// then), the per-IP tier denies requests that took from a lease, leases
+// end by their timers and ReturnLeases ends them all. No token is lost or
+// counted twice: once every timer has fired, each bucket holds its burst
+// less what was admitted on it; and no entry is left.
+func TestLeaseForgetsUnderLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			instances, goroutines, requests = 3, 8, 600
+			users, ips                      = 32, 4
+			userBurst, ipBurst              = 300, 60
+		)
+		// One token an hour: none refills during the run.
+		p := leasePolicy(t,
+			Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), userBurst), Lease: Lease{Max: 4, TTL: 2 * time.Millisecond}},
+			Rule{Name: "per-ip", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), ipBurst)})
+		s := newLeaseStore(nil)
+		ls := make([]*Limiter, instances)
+		for i := range ls {
+			ls[i] = leaseLimiter(t, p, WithStore(s), WithFailureMode(FailClosed))
+		}
+		var (
+			userTaken [users]atomic.Int64
+			ipTaken   [ips]atomic.Int64
+			outcomes  sync.Map // "allowed", a denying rule's name, "failed": *atomic.Int64
+		)
+		count := func(k string) {
+			n, _ := outcomes.LoadOrStore(k, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+		}
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for i, l := range ls {
+			for g := range goroutines {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(i), uint64(g)))
+					for range requests {
+						u, ip := rng.IntN(users), rng.IntN(2*ips)
+						req := Request{User: "user-" + strconv.Itoa(u)}
+						if ip < ips {
+							req.IP = "10.0.0." + strconv.Itoa(ip)
+						}
+						cost := 1 + rng.Int64N(3)
+						d, err := l.AllowN(ctx, req, cost)
+						switch {
+						case err != nil:
+							count("failed")
+						case d.Allowed:
+							count("allowed")
+							userTaken[u].Add(cost)
+							if ip < ips {
+								ipTaken[ip].Add(cost)
+							}
+						default:
+							count(d.Rule)
+						}
+						time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond)
+					}
+				})
+			}
+		}
+		stop := make(chan struct{})
+		var side sync.WaitGroup
+		side.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(3 * time.Millisecond):
+				}
+				s.setDown(errors.New("lease node down"))
+				time.Sleep(500 * time.Microsecond)
+				s.setDown(nil)
+				if err := ls[k%instances].ReturnLeases(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		wg.Wait()
+		close(stop)
+		side.Wait()
+		waitForgotten(t, ls...)
+
+		for _, k := range []string{"allowed", "per-user", "per-ip", "failed"} {
+			n, _ := outcomes.Load(k)
+			if n == nil || n.(*atomic.Int64).Load() == 0 {
+				t.Errorf("no request %s: the run did not exercise it", k)
+			}
+		}
+		if s.returns.Load() == 0 {
+			t.Error("no tokens given back: the run did not exercise it")
+		}
+		now := time.Now()
+		rules := p.Rules()
+		for u := range users {
+			if got, want := s.tokens(&rules[0].Limit, "per-user", "user-"+strconv.Itoa(u), now), userBurst-userTaken[u].Load(); got != want {
+				t.Errorf("user-%d's bucket holds %d, want %d (%d less the %d admitted)", u, got, want, userBurst, userTaken[u].Load())
+			}
+		}
+		for ip := range ips {
+			if got, want := s.tokens(&rules[1].Limit, "per-ip", "10.0.0."+strconv.Itoa(ip), now), ipBurst-ipTaken[ip].Load(); got != want {
+				t.Errorf("10.0.0.%d's bucket holds %d, want %d (%d less the %d admitted)", ip, got, want, ipBurst, ipTaken[ip].Load())
+			}
 		}
 	})
 }
