@@ -431,7 +431,7 @@ type Request struct {
 	User     string // identity for ScopeUser rules
 	IP       string // identity for ScopeIP rules
 	Endpoint string // identity for ScopeEndpoint rules
-	Dims     []Dim  // identities for Dimension rules; the first of a name counts
+	Dims     []Dim  // identities for Dimension rules; the first non-empty one of a name counts
 
 	// Method is the HTTP method ("GET"), "" for gRPC, and Route the route
 	// the router matched, as documented at ParseRoute ("/items/{id}", a
@@ -469,8 +469,8 @@ func kindOf(s Scope) scopeKind {
 
 // Identity returns the request's identity in scope s, the key of its
 // bucket under a rule of that scope: User, IP or Endpoint, "*" for
-// ScopeGlobal, the first value of a Dimension's name in Dims; "" when the
-// request has none.
+// ScopeGlobal, the first non-empty value of a Dimension's name in Dims
+// (an empty one is absent, see Dim); "" when the request has none.
 func (r *Request) Identity(s Scope) string { return r.identityOf(kindOf(s), s) }
 
 // identityOf is identity for s, of kind k.
@@ -487,7 +487,7 @@ func (r *Request) identityOf(k scopeKind, s Scope) string {
 	}
 	name := string(s[len(dimPrefix):])
 	for _, d := range r.Dims {
-		if d.Name == name {
+		if d.Name == name && d.Value != "" {
 			return d.Value
 		}
 	}

@@ -130,6 +130,8 @@ func TestApplies(t *testing.T) {
 		{"disabled", Rule{Scope: ScopeGlobal, Disabled: true}, Request{}, "", false},
 		{"dimension", Rule{Scope: Dimension("tenant")}, Request{Dims: []Dim{{"region", "eu"}, {"tenant", "acme"}}}, "acme", true},
 		{"dimension absent", Rule{Scope: Dimension("tenant")}, Request{Dims: []Dim{{"region", "eu"}}}, "", false},
+		{"dimension empty", Rule{Scope: Dimension("tenant")}, Request{Dims: []Dim{{"tenant", ""}}}, "", false},
+		{"dimension empty, then set", Rule{Scope: Dimension("tenant")}, Request{Dims: []Dim{{"tenant", ""}, {"tenant", "acme"}}}, "acme", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,13 +161,29 @@ func TestValidName(t *testing.T) {
 
 func TestRequestIdentity(t *testing.T) {
 	req := &Request{User: "u", IP: "1.2.3.4", Endpoint: "/e",
-		Dims: []Dim{{Name: "tenant", Value: "acme"}, {Name: "tenant", Value: "later"}}}
+		Dims: []Dim{{Name: "region", Value: ""}, {Name: "tenant", Value: "acme"}, {Name: "tenant", Value: "later"}, {Name: "region", Value: "eu"}}}
 	for scope, want := range map[Scope]string{
 		ScopeUser: "u", ScopeIP: "1.2.3.4", ScopeEndpoint: "/e", ScopeGlobal: "*",
-		Dimension("tenant"): "acme", Dimension("region"): "",
+		Dimension("tenant"): "acme", Dimension("region"): "eu", Dimension("zone"): "",
 	} {
 		if got := req.Identity(scope); got != want {
 			t.Errorf("Identity(%q) = %q, want %q", scope, got, want)
+		}
+	}
+}
+
+// TestEmptyDimSkipped: an empty Dim is absent, so a later one of the same
+// name keys the request, on the plain path as on the general one (a When
+// predicate that always holds).
+func TestEmptyDimSkipped(t *testing.T) {
+	for _, when := range []func(*Request) bool{nil, func(*Request) bool { return true }} {
+		l := newTestLimiter(t, nil, Rule{Name: "per-tenant", Scope: Dimension("tenant"), Limit: TokenBucket(PerMinute(1), 1), When: when})
+		req := Request{Dims: []Dim{{Name: "tenant", Value: ""}, {Name: "tenant", Value: "acme"}}}
+		for i, want := range []bool{true, false} {
+			d, err := l.Allow(context.Background(), req)
+			if err != nil || d.Allowed != want || d.NumTiers() != 1 {
+				t.Fatalf("when %v: Allow #%d = allowed %v, %d tiers, %v; want %v, 1 tier (tenant acme)", when != nil, i, d.Allowed, d.NumTiers(), err, want)
+			}
 		}
 	}
 }
