@@ -144,6 +144,34 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckNoPlan: a request whose plan function returns
+// keyfuncs.ErrNotApplicable gets the policy's default plan, or, with none,
+// fails as bad input; it never skips every plan's tiers.
+func TestCheckNoPlan(t *testing.T) {
+	rules := []core.Rule{
+		{Name: "free-only", Scope: core.ScopeGlobal, Plan: "free", Limit: core.TokenBucket(core.PerMinute(1), 1)},
+		{Name: "pro-only", Scope: core.ScopeGlobal, Plan: "pro", Limit: core.TokenBucket(core.PerMinute(1), 100)},
+	}
+	noPlan := flow.WithPlan(func(keyfuncs.Request) (string, error) { return "", keyfuncs.ErrNotApplicable })
+	m, err := flow.New(flowtest.PlanLimiter(t, core.Plans{Default: "free"}, nil, rules...), "test", nil, noPlan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := check(m, userRequest("")); res.Outcome != flow.Proceed || res.Decision.NumTiers() != 1 || res.Decision.Rule != "free-only" {
+		t.Fatalf("no plan: %v, %d tiers, rule %q; want proceed under the default plan's free-only", res.Outcome, res.Decision.NumTiers(), res.Decision.Rule)
+	}
+	if res := check(m, userRequest("")); res.Outcome != flow.Denied || res.Decision.Rule != "free-only" {
+		t.Fatalf("no plan again: %v by %q; want denied by free-only", res.Outcome, res.Decision.Rule)
+	}
+	m, err = flow.New(flowtest.PlanLimiter(t, core.Plans{RejectUnknown: true}, nil, rules...), "test", nil, noPlan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := check(m, userRequest("")); res.Outcome != flow.BadInput || !errors.Is(res.Err, core.ErrUnknownPlan) {
+		t.Fatalf("no plan, no default: %v, %v; want bad input wrapping core.ErrUnknownPlan", res.Outcome, res.Err)
+	}
+}
+
 func TestCheckErrors(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {

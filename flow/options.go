@@ -122,8 +122,9 @@ func (c *config) addKey(scope core.Scope, fn keyfuncs.Func) {
 
 // WithPlan sets the function that reads the caller's plan ("free", "pro"),
 // which selects the rules that apply. keyfuncs.ErrNotApplicable means no
-// plan: only the rules for every plan apply. Without it no request has a
-// plan.
+// plan: the request gets the policy's default plan (core.Plans.Default),
+// or, with no default, fails as BadInput wrapping core.ErrUnknownPlan.
+// Without it no request has a plan, and each gets the same.
 func WithPlan(fn keyfuncs.Func) Option {
 	return optionFunc(func(c *config) {
 		if fn == nil {
