@@ -169,6 +169,26 @@ func TestRouteBeforeRouting(t *testing.T) {
 	}
 }
 
+// TestRegexpRouteRule: a rule's route written as chi registers it, with
+// a regular expression, is refused when the policy is built, naming the
+// route the middleware reports; a rule on that route applies.
+func TestRegexpRouteRule(t *testing.T) {
+	limit := core.TokenBucket(core.PerMinute(1), 1)
+	_, err := core.NewPolicy(core.Rule{Name: "items", Scope: core.ScopeGlobal, Routes: []string{"GET /items/{id:[0-9]+}"}, Limit: limit})
+	if !errors.Is(err, core.ErrInvalidRule) || !strings.Contains(err.Error(), `"/items/{id}"`) {
+		t.Fatalf("NewPolicy with route \"GET /items/{id:[0-9]+}\" = %v; want ErrInvalidRule naming \"/items/{id}\"", err)
+	}
+	l := flowtest.Limiter(t, core.Rule{Name: "items", Scope: core.ScopeGlobal, Routes: []string{"GET /items/{id}"}, Limit: limit})
+	r := chi.NewRouter()
+	r.Use(newMiddleware(t, l).Handler)
+	r.Get("/items/{id:[0-9]+}", func(http.ResponseWriter, *http.Request) {})
+	for i, want := range []int{200, 429} {
+		if w := do(r, "GET", "/items/42"); w.Code != want {
+			t.Fatalf("GET /items/42 #%d = %d, want %d", i, w.Code, want)
+		}
+	}
+}
+
 // TestRouteInstallations: wherever chi takes middleware, the middleware
 // reports the route chi routes the request to, with the prefixes of the
 // routers it is mounted in, and no route for a 404 it sees.

@@ -40,8 +40,9 @@ type RouteSelector struct {
 //	"/pkg.Service/Method"   a gRPC method
 //
 // Routes are written as documented above (wildcards in braces); a
-// segment in a router's own syntax (":id", "*path") is an error naming
-// the brace form, for it would never match. A GET selector also selects
+// router's own syntax (":id", "*path", fiber's "+", chi's
+// "{id:[0-9]+}") is an error naming the route the adapters report for
+// it, for it would never match. A GET selector also selects
 // HEAD requests, which routers serve with the GET route's handler. The
 // error wraps ErrInvalidRule.
 func ParseRoute(s string) (RouteSelector, error) {
@@ -88,21 +89,112 @@ func checkRouteTemplate(route string) error {
 			return fmt.Errorf("control character or blank at byte %d", i)
 		}
 	}
+	// A router's own syntax never matches: the error names the route the
+	// adapters report for it, built as flow.ColonRoute and flow.BraceRoute
+	// build it.
 	for _, seg := range strings.Split(route, "/") {
-		if seg == "" {
-			continue
-		}
-		switch seg[0] {
-		case ':':
-			return fmt.Errorf("segment %q: write wildcards in braces, {%s}", seg, strings.TrimSuffix(seg[1:], "?"))
-		case '*':
-			if seg == "*" {
-				return fmt.Errorf("segment %q: write a catch-all as {*}", seg)
-			}
-			return fmt.Errorf("segment %q: write a catch-all as {%s...}", seg, seg[1:])
+		switch {
+		case seg == "":
+		case seg[0] == ':':
+			return fmt.Errorf("segment %q: write wildcards in braces: %q", seg, reportedRoute(route))
+		case seg[0] == '*':
+			return fmt.Errorf("segment %q: write a catch-all in braces: %q", seg, reportedRoute(route))
+		case seg == "+":
+			return fmt.Errorf("segment %q: write a greedy wildcard in braces: %q", seg, reportedRoute(route))
 		}
 	}
+	if w := regexpWildcard(route); w != "" {
+		return fmt.Errorf("wildcard %q: routes leave out chi's regular expressions: %q", w, reportedRoute(route))
+	}
 	return nil
+}
+
+// regexpWildcard returns the first wildcard of route written as chi's
+// "{name:regexp}", where name is letters, digits and "_", or "". A colon
+// after other text in braces is left alone: flow.ColonRoute reports
+// fiber's "/:from-:to" as "/{from-:to}".
+func regexpWildcard(route string) string {
+	for i := 0; i < len(route); i++ {
+		if route[i] != '{' {
+			continue
+		}
+		j := i + 1
+		for j < len(route) && isNameByte(route[j]) {
+			j++
+		}
+		if j > i+1 && j < len(route) && route[j] == ':' {
+			n, _ := closingBrace(route[i:])
+			return route[i : i+n]
+		}
+	}
+	return ""
+}
+
+// closingBrace returns the length of the wildcard s starts with, up to its
+// closing brace, nested braces (a regexp's "{3}") included, and true; or
+// len(s) and false when it has none.
+func closingBrace(s string) (int, bool) {
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '{':
+			depth++
+		case '}':
+			if depth--; depth == 0 {
+				return i + 1, true
+			}
+		}
+	}
+	return len(s), false
+}
+
+func isNameByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// reportedRoute returns route as adapters report the route of a router
+// template (flow.BraceRoute, then flow.ColonRoute): chi's regular
+// expressions dropped, "{id:[0-9]+}" becoming "{id}"; and, segment by
+// segment, ":name" becoming "{name}", ":name?" "{name?}", ":id<int>"
+// "{id}", "*name" "{name...}", a bare "*" "{*}" and a bare "+" "{+}".
+func reportedRoute(route string) string {
+	var b strings.Builder
+	for route != "" {
+		w := regexpWildcard(route)
+		if w == "" {
+			b.WriteString(route)
+			break
+		}
+		i := strings.Index(route, w)
+		b.WriteString(route[:i])
+		b.WriteString(w[:strings.IndexByte(w, ':')])
+		if _, closed := closingBrace(w); closed {
+			b.WriteByte('}')
+		}
+		route = route[i+len(w):]
+	}
+	segs := strings.Split(b.String(), "/")
+	for i, s := range segs {
+		switch {
+		case s == "":
+		case s[0] == ':':
+			name, opt := s[1:], ""
+			if j := strings.IndexByte(name, '<'); j >= 0 {
+				name = name[:j] // fiber's constraint
+			}
+			if strings.HasSuffix(name, "?") {
+				name, opt = name[:len(name)-1], "?"
+			}
+			segs[i] = "{" + name + opt + "}"
+		case s == "*":
+			segs[i] = "{*}"
+		case s[0] == '*':
+			segs[i] = "{" + s[1:] + "...}"
+		case s == "+":
+			segs[i] = "{+}"
+		}
+	}
+	return strings.Join(segs, "/")
 }
 
 // String returns the selector as ParseRoute reads it.

@@ -33,6 +33,9 @@ func TestParseRouteValid(t *testing.T) {
 		{"POST /v1/things/{id}:cancel", "POST", "/v1/things/{id}:cancel"},
 		{"/v1/things:batchGet", "", "/v1/things:batchGet"},
 		{"/a/b*", "", "/a/b*"},
+		{"/a/b+", "", "/a/b+"},
+		// fiber's "/flights/:from-:to", as flow.ColonRoute reports it.
+		{"/flights/{from-:to}", "", "/flights/{from-:to}"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			s, err := ParseRoute(tc.in)
@@ -58,13 +61,19 @@ func TestParseRouteErrors(t *testing.T) {
 		hint     string // the message says this, when not ""
 	}{
 		{"empty", "", "empty route"},
-		{"gin param", "/items/:id", "{id}"},
-		{"gin param with method", "GET /items/:id", "{id}"},
-		{"fiber optional param", "/users/:name?", "{name}"},
+		{"gin param", "/items/:id", `"/items/{id}"`},
+		{"gin param with method", "GET /items/:id", `"/items/{id}"`},
+		{"fiber optional param", "/users/:name?", `"/users/{name?}"`},
+		{"fiber constraint", "/items/:id<int>", `"/items/{id}"`},
 		{"bare :id", ":id", "method"},
-		{"gin catch-all", "/files/*path", "{path...}"},
+		{"gin catch-all", "/files/*path", `"/files/{path...}"`},
 		{"bare *path", "*path", "method"},
-		{"chi catch-all", "/files/*", "{*}"},
+		{"chi catch-all", "/files/*", `"/files/{*}"`},
+		{"fiber greedy", "/files/+", `"/files/{+}"`},
+		{"chi regexp", "/items/{id:[0-9]+}", `"/items/{id}"`},
+		{"chi regexp with braces", "/items/{id:[0-9]{3}}.json", `"/items/{id}.json"`},
+		{"chi regexps in one segment", "GET /d/{a:x}-{b:y}", `"/d/{a}-{b}"`},
+		{"chi regexp and catch-all", "/d/{a:x}/*", `"/d/{a}/{*}"`},
 		{"bare *", "*", "method"},
 		{"lower-case method", "get /items", "method \"get\""},
 		{"lower-case method only", "post", "method \"post\""},
