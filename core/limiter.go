@@ -572,8 +572,16 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 // tier's delay is waited out; a denial is retried after its RetryAfter. It
 // returns an error wrapping ErrLimited, without waiting, when the cost can
 // never pass or the wait would outlast ctx's deadline, and ctx's error if ctx
-// ends while waiting (tokens taken for a shaping delay stay taken). It
-// returns AllowN's errors, without waiting, as AllowN does.
+// ends while waiting. It returns AllowN's errors, without waiting, as AllowN
+// does.
+//
+// Tokens taken for a shaping delay stay taken when the request does not go
+// ahead: no store can give them back (a Leaser's ReturnLease takes token
+// buckets only), so the slot stays reserved and later requests wait behind
+// it. When the delay would outlast ctx's deadline, the Decision returned
+// with ErrLimited is therefore a denial (Allowed false, ReasonLimited) with
+// the delay as its RetryAfter and no Delay, while its tiers show the tokens
+// taken.
 func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, error) {
 	for {
 		var d Decision
@@ -588,7 +596,11 @@ func (l *Limiter) WaitN(ctx context.Context, req Request, n int64) (Decision, er
 			wait = d.RetryAfter
 		}
 		if wait > 0 {
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait && !d.Allowed {
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				if d.Allowed {
+					// A shaping delay: the request does not go ahead.
+					d.Allowed, d.Reason, d.RetryAfter, d.Delay = false, ReasonLimited, wait, 0
+				}
 				return d, fmt.Errorf("%w: rule %q needs %v, past the context deadline", ErrLimited, d.Rule, wait)
 			}
 			t := time.NewTimer(wait)

@@ -70,6 +70,29 @@ func TestWaitDeadline(t *testing.T) {
 	})
 }
 
+// TestWaitShapingDeadline: a shaping delay that would outlast the deadline
+// is ErrLimited at once, with a denial; the slot it took stays taken.
+func TestWaitShapingDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newTestLimiter(t, nil, Rule{Name: "queue", Scope: ScopeGlobal, Limit: Shaping(Every(2*time.Second), 1, time.Minute)})
+		l.Allow(context.Background(), Request{})
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		d, err := l.Wait(ctx, Request{})
+		if !errors.Is(err, ErrLimited) || time.Since(start) != 0 {
+			t.Fatalf("Wait = %v after %v, want ErrLimited at once", err, time.Since(start))
+		}
+		if d.Allowed || d.Reason != ReasonLimited || d.RetryAfter != 2*time.Second || d.Delay != 0 {
+			t.Errorf("Wait decision: allowed %v, reason %v, RetryAfter %v, Delay %v; want false, limited, 2s, 0", d.Allowed, d.Reason, d.RetryAfter, d.Delay)
+		}
+		// The slot the refused Wait took stays reserved.
+		if d, err := l.Wait(context.Background(), Request{}); err != nil || d.Delay != 4*time.Second {
+			t.Errorf("next Wait: delay %v, %v; want 4s, nil", d.Delay, err)
+		}
+	})
+}
+
 func TestWaitCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newTestLimiter(t, nil, Rule{Name: "r", Scope: ScopeGlobal, Limit: TokenBucket(PerMinute(1), 1)})
