@@ -3,6 +3,7 @@ package chilimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -469,14 +470,28 @@ func TestHandlers(t *testing.T) {
 	})
 	t.Run("client gone", func(t *testing.T) {
 		r := serve(newMiddleware(t, flowtest.Limiter(t, flowtest.PerUser), user,
-			flow.WithCost(func(keyfuncs.Request) (int64, error) { return 0, context.Canceled })))
+			flow.WithCost(func(r keyfuncs.Request) (int64, error) { return 0, r.Context().Err() })))
 		ran = 0
 		w := &flowtest.ResponseWriter{H: http.Header{}}
-		req := httptest.NewRequest("GET", "/", nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		req := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
 		req.Header.Set("X-User", "ann")
 		r.ServeHTTP(w, req)
 		if w.Status != 0 || ran != 0 {
 			t.Errorf("client gone: status %d written, handler ran %d; want nothing, 0", w.Status, ran)
+		}
+	})
+	t.Run("own timeout, client there", func(t *testing.T) {
+		// A call of the cost function's own timed out: a failure, answered.
+		r := serve(newMiddleware(t, flowtest.Limiter(t, flowtest.PerUser), user,
+			flow.WithCost(func(keyfuncs.Request) (int64, error) {
+				return 0, fmt.Errorf("quota service: %w", context.DeadlineExceeded)
+			})))
+		ran = 0
+		w := do(r, "GET", "/", "X-User", "ann")
+		if w.Code != 500 || strings.Contains(w.Body.String(), "quota") || ran != 0 {
+			t.Errorf("cost function timed out: %d %q, handler ran %d; want 500 with no detail, 0", w.Code, w.Body.String(), ran)
 		}
 	})
 }

@@ -240,6 +240,9 @@ const (
 	Failed
 	// ClientGone: the request's context ended before the decision, or
 	// while it waited out a shaping delay. Write nothing: nobody is there.
+	// An error wrapping a context's error while the request's context is
+	// alive (a key function's call, or a limit lookup, that timed out on
+	// its own bound) is Failed.
 	ClientGone
 )
 
@@ -413,11 +416,11 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 			continue
 		}
 		if err != nil {
-			*res = failed(fmt.Errorf("ratelimit: %s key: %w", k.scope, err))
+			*res = failed(r.Context(), fmt.Errorf("ratelimit: %s key: %w", k.scope, err))
 			return
 		}
 		if v == "" {
-			*res = failed(fmt.Errorf("ratelimit: %s key: %w: empty key (return keyfuncs.ErrNotApplicable when the tier does not apply)", k.scope, core.ErrInvalidKey))
+			*res = failed(r.Context(), fmt.Errorf("ratelimit: %s key: %w: empty key (return keyfuncs.ErrNotApplicable when the tier does not apply)", k.scope, core.ErrInvalidKey))
 			return
 		}
 		switch k.scope {
@@ -436,7 +439,7 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 		switch {
 		case errors.Is(err, keyfuncs.ErrNotApplicable):
 		case err != nil:
-			*res = failed(fmt.Errorf("ratelimit: plan: %w", err))
+			*res = failed(r.Context(), fmt.Errorf("ratelimit: plan: %w", err))
 			return
 		default:
 			req.Plan = p
@@ -446,7 +449,7 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 	if e.cost != nil {
 		c, err := e.cost(r)
 		if err != nil {
-			*res = failed(fmt.Errorf("ratelimit: cost: %w", err))
+			*res = failed(r.Context(), fmt.Errorf("ratelimit: cost: %w", err))
 			return
 		}
 		cost = c
@@ -472,7 +475,7 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 			res.Outcome = Unavailable
 			return
 		}
-		res.Outcome, res.Err = errOutcome(err), err
+		res.Outcome, res.Err = errOutcome(ctx, err), err
 		return
 	}
 	if !d.Allowed {
@@ -569,22 +572,34 @@ func installHint(adapter string) string {
 	return "install it where the router has matched the route"
 }
 
-// failed classifies a request error: BadInput for input the client
-// controls and no configuration makes valid, ClientGone when the request's
-// context ended, and Failed otherwise.
-func failed(err error) Result {
-	return Result{Outcome: errOutcome(err), Err: err}
+// failed classifies the error of a request of context ctx: BadInput for
+// input the client controls and no configuration makes valid, ClientGone
+// for a context's error when ctx has ended, and Failed otherwise.
+func failed(ctx context.Context, err error) Result {
+	return Result{Outcome: errOutcome(ctx, err), Err: err}
 }
 
-// errOutcome is the Outcome failed gives err.
-func errOutcome(err error) Outcome {
+// errOutcome is the Outcome failed gives err. A context's error with ctx
+// alive comes from a bound of the function's own (a database query's
+// timeout in a limit lookup): a failure, for the client is still there.
+func errOutcome(ctx context.Context, err error) Outcome {
 	switch {
 	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost), errors.Is(err, keyfuncs.ErrNoAddress):
 		return BadInput
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && ended(ctx):
 		return ClientGone
 	}
 	return Failed
+}
+
+// ended reports whether ctx is done or past its deadline: a call bounded
+// by ctx can return its deadline's error before ctx's timer has fired.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // Headers calls set for each rate-limit header field of res: every field

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -186,6 +187,14 @@ func TestCheckErrors(t *testing.T) {
 		{"negative cost", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithCost(func(keyfuncs.Request) (int64, error) { return -1, nil })}, userRequest("a"), flow.BadInput},
 		{"plan fails", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithPlan(func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), flow.Failed},
 		{"no client address", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, keyfuncs.Static{Peer: "@unix"}, flow.BadInput},
+		// The request's context is alive: a call of the function's own
+		// that timed out or was canceled is a failure, not a client gone.
+		{"key function times out", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) {
+			return "", fmt.Errorf("auth service: %w", context.DeadlineExceeded)
+		})}, userRequest("a"), flow.Failed},
+		{"cost function canceled", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithCost(func(keyfuncs.Request) (int64, error) {
+			return 0, fmt.Errorf("quota service: %w", context.Canceled)
+		})}, userRequest("a"), flow.Failed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -214,6 +223,43 @@ func TestCheckErrors(t *testing.T) {
 				t.Errorf("logged %v, want level %s, outcome %v, adapter test and the error", rec, wantLevel, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckContextErrors: an error wrapping a context's error is ClientGone
+// only when the request's own context has ended; a limit lookup bounded by
+// its own timeout fails the request (500) while the client waits.
+func TestCheckContextErrors(t *testing.T) {
+	lookup := core.LookupFunc(func(ctx context.Context, id string) (core.Limit, bool, error) {
+		qctx, cancel := context.WithTimeout(ctx, 0) // the query's own bound, run out
+		defer cancel()
+		<-qctx.Done()
+		return core.Limit{}, false, fmt.Errorf("tenant limits: %w", qctx.Err())
+	})
+	l := flowtest.Limiter(t, core.Rule{Name: "per-tenant", Scope: core.Dimension("tenant"), Lookup: lookup, Limit: core.TokenBucket(core.PerMinute(1), 10)})
+	m, err := flow.New(l, "test", nil, flow.WithKey(core.Dimension("tenant"), func(keyfuncs.Request) (string, error) { return "acme", nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want flow.Outcome
+	}{
+		{"request alive", context.Background(), flow.Failed},
+		{"request canceled", canceled, flow.ClientGone},
+		{"request past its deadline", expired, flow.ClientGone},
+	} {
+		req := userRequest("")
+		req.Ctx = tc.ctx
+		res := check(m, req)
+		if res.Outcome != tc.want || !errors.Is(res.Err, context.DeadlineExceeded) && !errors.Is(res.Err, context.Canceled) {
+			t.Errorf("%s: Check = %v, %v; want %v with the lookup's error", tc.name, res.Outcome, res.Err, tc.want)
+		}
 	}
 }
 
