@@ -198,6 +198,14 @@ func TestZeroLimiter(t *testing.T) {
 			}
 			return err
 		},
+		"DecideUnder": func(l *Limiter) error {
+			r, d := req, Decision{Allowed: true}
+			err := l.DecideUnder(ctx, p, &r, 1, &d)
+			if d.Allowed {
+				return fmt.Errorf("DecideUnder left an allowed decision, with error %v", err)
+			}
+			return err
+		},
 		"Wait":      func(l *Limiter) error { _, err := l.Wait(ctx, req); return err },
 		"WaitN":     func(l *Limiter) error { _, err := l.WaitN(ctx, req, 1); return err },
 		"SetPolicy": func(l *Limiter) error { return l.SetPolicy(p) },

@@ -728,6 +728,47 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideUnder: DecideUnder decides under the policy it is given, not
+// the one in force, on the direct path and through run's layers, without
+// allocating; it refuses a nil policy, and a leased one the store cannot
+// lease.
+func TestDecideUnder(t *testing.T) {
+	many := TokenBucket(PerSecond(1<<20), 1<<30)
+	perIP := Rule{Name: "per-ip", Scope: ScopeIP, Limit: many}
+	perUser := Rule{Name: "per-user", Scope: ScopeUser, Limit: many}
+	old, err := NewPolicy(perIP, Rule{Name: "global", Scope: ScopeGlobal, Limit: many})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := Request{User: "u", IP: "192.0.2.1"}
+	for _, opts := range [][]Option{nil, {WithObserver(func(context.Context, *Event) {})}} {
+		l := newTestLimiter(t, opts, perUser)
+		for _, p := range []*Policy{old, l.Policy()} {
+			var d Decision
+			if err := l.DecideUnder(ctx, p, &req, 1, &d); err != nil || d.NumTiers() != len(p.Rules()) || d.TierAt(0).Rule.Name != p.Rules()[0].Name {
+				t.Errorf("observed %v: DecideUnder(%v) = %d tiers, first %v, %v; want the policy's own", opts != nil, p.Rules()[0].Name, d.NumTiers(), d.TierAt(0).Rule, err)
+			}
+			if got := testing.AllocsPerRun(100, func() { l.DecideUnder(ctx, p, &req, 1, &d) }); got != 0 && opts == nil {
+				t.Errorf("DecideUnder(%v) makes %v allocations, want 0", p.Rules()[0].Name, got)
+			}
+		}
+		d := Decision{Allowed: true, Rule: "stale"}
+		if err := l.DecideUnder(ctx, nil, &req, 1, &d); !errors.Is(err, ErrNilArgument) || d.Allowed || d.Rule != "" {
+			t.Errorf("DecideUnder(nil policy) = %v, %+v; want ErrNilArgument and a zero decision", err, d)
+		}
+	}
+	leased, err := NewPolicy(Rule{Name: "global", Scope: ScopeGlobal, Limit: many, Lease: Lease{Max: 10, TTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLimiter(t, []Option{WithStore(failingStore{errors.New("unused")})}, perUser)
+	var d Decision
+	if err := l.DecideUnder(ctx, leased, &req, 1, &d); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("DecideUnder(a leased policy) on a store that cannot lease = %v, want ErrInvalidOption", err)
+	}
+}
+
 // poisonDecision sets every field of d (found by reflection, so that a
 // field added later is covered) to a value no decision has, its tier
 // records up to n.

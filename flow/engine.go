@@ -461,7 +461,9 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 	ctx := r.Context()
 	res.Outcome, res.Err = Proceed, nil
 	d := &res.Decision
-	err := e.limiter.Decide(ctx, &req, cost, d)
+	// Under the policy the request was keyed for: one SetPolicy put in
+	// force meanwhile may have tiers on scopes not keyed above.
+	err := e.limiter.DecideUnder(ctx, needs.policy, &req, cost, d)
 	if needs.when && reads != nil && reads.RouteReadUnknown() {
 		// A When predicate read it, while the limiter decided: what the
 		// decision took stays taken, as it will for every such request

@@ -143,3 +143,81 @@ func TestNewZeroLimiter(t *testing.T) {
 		t.Fatalf("flow.New(zero Limiter) = %v, %v; want an error wrapping core.ErrNotConstructed", e, err)
 	}
 }
+
+// TestSetPolicyDuringCheck: a reload that lands while a request is being
+// checked (here from its cost function, after its keys) does not change
+// the policy it is decided under: it is keyed and decided under the one it
+// started with.
+func TestSetPolicyDuringCheck(t *testing.T) {
+	l := flowtest.Limiter(t, perIP)
+	perUser := core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: core.TokenBucket(core.PerMinute(1), 1)}
+	reload := policyOf(t, perUser)
+	reloaded := false
+	e, err := flow.New(l, "test", nil,
+		flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "alice", nil }),
+		flow.WithCost(func(keyfuncs.Request) (int64, error) {
+			if !reloaded {
+				reloaded = true
+				if err := l.SetPolicy(reload); err != nil {
+					t.Error(err)
+				}
+			}
+			return 1, nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := check(e, userRequest(""))
+	if res.Outcome != flow.Proceed || res.Decision.NumTiers() != 1 || res.Decision.Rule != "per-ip" {
+		t.Fatalf("Check during the reload = %v, %d tiers, rule %q; want proceed under the old policy's per-ip", res.Outcome, res.Decision.NumTiers(), res.Decision.Rule)
+	}
+	if res := check(e, userRequest("")); res.Outcome != flow.Proceed || res.Decision.NumTiers() != 1 || res.Decision.Rule != "per-user" {
+		t.Fatalf("Check after the reload = %v, %d tiers, rule %q; want proceed under the new policy's per-user", res.Outcome, res.Decision.NumTiers(), res.Decision.Rule)
+	}
+}
+
+// TestSetPolicyConcurrentChecks: while another goroutine swaps two
+// policies of one tier each, on scopes both keyed, every request is
+// decided with exactly one tier.
+func TestSetPolicyConcurrentChecks(t *testing.T) {
+	many := core.TokenBucket(core.PerSecond(1e6), 1e6)
+	a := policyOf(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: many})
+	b := policyOf(t, core.Rule{Name: "per-user", Scope: core.ScopeUser, Limit: many})
+	l, err := core.NewLimiter(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := flow.New(l, "test", nil, flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "alice", nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := a
+			if i%2 == 1 {
+				p = b
+			}
+			if err := l.SetPolicy(p); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var res flow.Result
+	for i := range 20000 {
+		e.Check(userRequest(""), &res)
+		if res.Outcome != flow.Proceed || res.Decision.NumTiers() != 1 {
+			t.Errorf("Check #%d during reloads = %v with %d tiers, want proceed with 1", i, res.Outcome, res.Decision.NumTiers())
+			break
+		}
+	}
+	close(stop)
+	<-done
+}
