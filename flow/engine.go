@@ -346,7 +346,7 @@ func (e *Engine) logFailure(r keyfuncs.Request, res *Result) {
 	if res.Outcome == BadInput {
 		level, msg = slog.LevelInfo, "ratelimit: request refused: bad input"
 	}
-	kind := core.ErrorKind(res.Err)
+	kind := failureKind(res.Err)
 	log.Log(r.Context(), level, "flow:"+res.Outcome.String()+":"+kind, msg,
 		slog.String("adapter", e.adapter), slog.String("outcome", res.Outcome.String()), slog.String("kind", kind),
 		slog.String("method", r.Method()), slog.String("route", r.Route()), slog.String("error", res.Err.Error()))
@@ -416,7 +416,7 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 			continue
 		}
 		if err != nil {
-			*res = failed(r.Context(), fmt.Errorf("ratelimit: %s key: %w", k.scope, err))
+			*res = failed(r.Context(), funcError{fmt.Errorf("ratelimit: %s key: %w", k.scope, err)})
 			return
 		}
 		if v == "" {
@@ -439,7 +439,7 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 		switch {
 		case errors.Is(err, keyfuncs.ErrNotApplicable):
 		case err != nil:
-			*res = failed(r.Context(), fmt.Errorf("ratelimit: plan: %w", err))
+			*res = failed(r.Context(), funcError{fmt.Errorf("ratelimit: plan: %w", err)})
 			return
 		default:
 			req.Plan = p
@@ -449,7 +449,7 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 	if e.cost != nil {
 		c, err := e.cost(r)
 		if err != nil {
-			*res = failed(r.Context(), fmt.Errorf("ratelimit: cost: %w", err))
+			*res = failed(r.Context(), funcError{fmt.Errorf("ratelimit: cost: %w", err)})
 			return
 		}
 		cost = c
@@ -572,6 +572,32 @@ func installHint(adapter string) string {
 		return "install it with r.Use or r.With on the chi router"
 	}
 	return "install it where the router has matched the route"
+}
+
+// funcError is the error of a key, plan or cost function of the app's.
+type funcError struct{ error }
+
+func (e funcError) Unwrap() error { return e.error }
+
+// failureKind names the kind of a request's failure for its log record:
+// "invalid_input" for input the client controls and no configuration makes
+// valid, "key_func" for an error of a key, plan or cost function (its own
+// timeout included), "route_unknown" and "installed_twice" for
+// ErrRouteUnknown and ErrInstalledTwice, and core.ErrorKind's for the
+// limiter's errors.
+func failureKind(err error) string {
+	var fe funcError
+	switch {
+	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost), errors.Is(err, keyfuncs.ErrNoAddress):
+		return "invalid_input"
+	case errors.As(err, &fe):
+		return "key_func"
+	case errors.Is(err, ErrRouteUnknown):
+		return "route_unknown"
+	case errors.Is(err, ErrInstalledTwice):
+		return "installed_twice"
+	}
+	return core.ErrorKind(err)
 }
 
 // failed classifies the error of a request of context ctx: BadInput for

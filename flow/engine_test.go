@@ -180,21 +180,22 @@ func TestCheckErrors(t *testing.T) {
 		opts []flow.Option
 		req  keyfuncs.Request
 		want flow.Outcome
+		kind string // logged
 	}{
-		{"key function fails", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), flow.Failed},
-		{"empty key", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", nil })}, userRequest("a"), flow.BadInput},
-		{"key too long", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return strings.Repeat("x", core.MaxKeyLen+1), nil })}, userRequest("a"), flow.BadInput},
-		{"negative cost", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithCost(func(keyfuncs.Request) (int64, error) { return -1, nil })}, userRequest("a"), flow.BadInput},
-		{"plan fails", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithPlan(func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), flow.Failed},
-		{"no client address", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, keyfuncs.Static{Peer: "@unix"}, flow.BadInput},
+		{"key function fails", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), flow.Failed, "key_func"},
+		{"empty key", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return "", nil })}, userRequest("a"), flow.BadInput, "invalid_input"},
+		{"key too long", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) { return strings.Repeat("x", core.MaxKeyLen+1), nil })}, userRequest("a"), flow.BadInput, "invalid_input"},
+		{"negative cost", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithCost(func(keyfuncs.Request) (int64, error) { return -1, nil })}, userRequest("a"), flow.BadInput, "invalid_input"},
+		{"plan fails", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithPlan(func(keyfuncs.Request) (string, error) { return "", boom })}, userRequest("a"), flow.Failed, "key_func"},
+		{"no client address", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{}))}, keyfuncs.Static{Peer: "@unix"}, flow.BadInput, "invalid_input"},
 		// The request's context is alive: a call of the function's own
 		// that timed out or was canceled is a failure, not a client gone.
 		{"key function times out", []flow.Option{flow.WithKey(core.ScopeUser, func(keyfuncs.Request) (string, error) {
 			return "", fmt.Errorf("auth service: %w", context.DeadlineExceeded)
-		})}, userRequest("a"), flow.Failed},
+		})}, userRequest("a"), flow.Failed, "key_func"},
 		{"cost function canceled", []flow.Option{flow.WithKey(core.ScopeUser, FromContextMust(t, ctxUser{})), flow.WithCost(func(keyfuncs.Request) (int64, error) {
 			return 0, fmt.Errorf("quota service: %w", context.Canceled)
-		})}, userRequest("a"), flow.Failed},
+		})}, userRequest("a"), flow.Failed, "key_func"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -219,8 +220,8 @@ func TestCheckErrors(t *testing.T) {
 			if tc.want == flow.BadInput {
 				wantLevel = "INFO"
 			}
-			if rec["level"] != wantLevel || rec["outcome"] != tc.want.String() || rec["adapter"] != "test" || rec["error"] != res.Err.Error() {
-				t.Errorf("logged %v, want level %s, outcome %v, adapter test and the error", rec, wantLevel, tc.want)
+			if rec["level"] != wantLevel || rec["outcome"] != tc.want.String() || rec["kind"] != tc.kind || rec["adapter"] != "test" || rec["error"] != res.Err.Error() {
+				t.Errorf("logged %v, want level %s, outcome %v, kind %s, adapter test and the error", rec, wantLevel, tc.want, tc.kind)
 			}
 		})
 	}
