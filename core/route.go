@@ -110,9 +110,11 @@ func checkRouteTemplate(route string) error {
 }
 
 // regexpWildcard returns the first wildcard of route written as chi's
-// "{name:regexp}", where name is letters, digits and "_", or "". A colon
-// after other text in braces is left alone: flow.ColonRoute reports
-// fiber's "/:from-:to" as "/{from-:to}".
+// "{name:regexp}", where name is letters, digits and "_", or "". What
+// flow.ColonRoute makes of fiber's parameters is left alone: a colon after
+// other text ("/:from-:to" is "/{from-:to}"), and names, colons and a
+// final "?" alone ("/:a:b", two adjacent parameters, is "/{a:b}"), which
+// a regexp of chi's would match only as that literal text.
 func regexpWildcard(route string) string {
 	for i := 0; i < len(route); i++ {
 		if route[i] != '{' {
@@ -124,10 +126,25 @@ func regexpWildcard(route string) string {
 		}
 		if j > i+1 && j < len(route) && route[j] == ':' {
 			n, _ := closingBrace(route[i:])
-			return route[i : i+n]
+			if !fiberParams(route[i+1 : i+n-1]) {
+				return route[i : i+n]
+			}
 		}
 	}
 	return ""
+}
+
+// fiberParams reports whether s, a wildcard's text within braces, is
+// made of names and colons only, with an optional final "?": adjacent
+// parameters of fiber's, as flow.ColonRoute reports them.
+func fiberParams(s string) bool {
+	s = strings.TrimSuffix(s, "?")
+	for i := 0; i < len(s); i++ {
+		if !isNameByte(s[i]) && s[i] != ':' {
+			return false
+		}
+	}
+	return true
 }
 
 // closingBrace returns the length of the wildcard s starts with, up to its

@@ -36,6 +36,9 @@ func TestParseRouteValid(t *testing.T) {
 		{"/a/b+", "", "/a/b+"},
 		// fiber's "/flights/:from-:to", as flow.ColonRoute reports it.
 		{"/flights/{from-:to}", "", "/flights/{from-:to}"},
+		// fiber's adjacent parameters "/x/:a:b" and "/x/:a:b?", likewise.
+		{"GET /x/{a:b}", "GET", "/x/{a:b}"},
+		{"/x/{a:b?}", "", "/x/{a:b?}"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			s, err := ParseRoute(tc.in)
@@ -72,8 +75,8 @@ func TestParseRouteErrors(t *testing.T) {
 		{"fiber greedy", "/files/+", `"/files/{+}"`},
 		{"chi regexp", "/items/{id:[0-9]+}", `"/items/{id}"`},
 		{"chi regexp with braces", "/items/{id:[0-9]{3}}.json", `"/items/{id}.json"`},
-		{"chi regexps in one segment", "GET /d/{a:x}-{b:y}", `"/d/{a}-{b}"`},
-		{"chi regexp and catch-all", "/d/{a:x}/*", `"/d/{a}/{*}"`},
+		{"chi regexps in one segment", "GET /d/{a:x+}-{b:[y]}", `"/d/{a}-{b}"`},
+		{"chi regexp and catch-all", "/d/{a:x|y}/*", `"/d/{a}/{*}"`},
 		{"bare *", "*", "method"},
 		{"lower-case method", "get /items", "method \"get\""},
 		{"lower-case method only", "post", "method \"post\""},

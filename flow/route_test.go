@@ -55,10 +55,11 @@ func TestParseRouteSuggestsReportedRoute(t *testing.T) {
 		{ColonRoute, "/files/*"},
 		{ColonRoute, "/files/+"},
 		{ColonRoute, "/flights/:from-:to"},
+		{ColonRoute, "/x/:a:b"},
 		{BraceRoute, "/items/{id:[0-9]+}"},
 		{BraceRoute, "/items/{id:[0-9]{3}}.json"},
-		{BraceRoute, "/d/{a:x}-{b:y}"},
-		{BraceRoute, "/d/{a:x}/{b}/*"},
+		{BraceRoute, "/d/{a:x+}-{b:[y]}"},
+		{BraceRoute, "/d/{a:x|y}/{b}/*"},
 		{BraceRoute, "/static/*"},
 	} {
 		reported := tc.report(tc.native)

@@ -63,7 +63,8 @@
 // type are errors: a typo must not silently drop a setting. So is a field
 // the rule's algorithm does not use (a window on a token bucket, a rate on
 // a fixed window, a max_wait on anything but shaping), and so is a second
-// YAML document after "---": a file is one document.
+// YAML document after "---": a file is one document (a "---" with nothing
+// after it, ending the file, is none).
 //
 // # Key patterns, scopes and routes
 //

@@ -38,7 +38,8 @@ func Load(path string) (*core.Policy, error) {
 // rules, a list of rules with the fields of Spec (see the package
 // documentation). An unknown field, a field given twice, a value of the
 // wrong type, an empty document, a document without rules and a second
-// YAML document ("---" and more) are errors; "rules: []" is a policy
+// YAML document ("---" and more; a "---" that ends the file with nothing
+// after it is no document) are errors; "rules: []" is a policy
 // without rules. null is the same as leaving the field out. Every error is
 // an *Error naming the file, the line, the rule and the field, wrapping
 // ErrInvalidSpec or a core sentinel:
@@ -96,16 +97,18 @@ func decode(name string, data []byte) (*File, *positions, error) {
 	case ".yaml", ".yml":
 		// A decoder, not yaml.Unmarshal, which reads the first document
 		// and ignores the rest: a second one's rules must not be dropped
-		// silently.
+		// silently. An empty one (a file that ends with "---") drops
+		// nothing.
 		dec := yaml.NewDecoder(bytes.NewReader(data))
-		var doc, next yaml.Node
+		var doc yaml.Node
 		err := dec.Decode(&doc)
-		if err == nil {
-			if err = dec.Decode(&next); err == nil {
+		for err == nil {
+			var next yaml.Node
+			if err = dec.Decode(&next); err == nil && !emptyDocument(&next) {
 				return fail(next.Line, "a second YAML document starts here: a rules file is one document (put every rule in the first one's rules)")
 			}
 		}
-		if err != nil && err != io.EOF {
+		if err != io.EOF {
 			line, msg := yamlErrorLine(err)
 			return fail(line, "invalid YAML: %s", msg)
 		}
@@ -266,6 +269,12 @@ func deref(n *yaml.Node) *yaml.Node {
 }
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// emptyDocument reports whether n, a document after the first, holds
+// nothing: "---" alone, or with comments.
+func emptyDocument(n *yaml.Node) bool {
+	return n.Kind == 0 || n.Kind == yaml.DocumentNode && (len(n.Content) == 0 || isNull(n.Content[0]))
+}
 
 // kindOf describes a node for errors.
 func kindOf(n *yaml.Node) string {

@@ -196,8 +196,8 @@ func TestParseErrors(t *testing.T) {
 			want: `rules: limits.yaml:2: rule #0: want a mapping of fields, got "5"`, is: rules.ErrInvalidSpec},
 		{name: "second document", data: "rules:\n  - {name: a, scope: ip, rate_per_second: 1, burst_capacity: 5}\n---\nrules:\n  - {name: b, scope: user, rate_per_second: 1, burst_capacity: 5}\n",
 			want: `rules: limits.yaml:3: a second YAML document starts here: a rules file is one document (put every rule in the first one's rules)`, is: rules.ErrInvalidSpec},
-		{name: "empty second document", data: "rules: []\n---\n",
-			want: `rules: limits.yaml:2: a second YAML document starts here: a rules file is one document (put every rule in the first one's rules)`, is: rules.ErrInvalidSpec},
+		{name: "second document after an empty one", data: "rules: []\n---\n---\nrules: []\n",
+			want: `rules: limits.yaml:3: a second YAML document starts here: a rules file is one document (put every rule in the first one's rules)`, is: rules.ErrInvalidSpec},
 		{name: "syntax", data: "rules:\n  - name: a\n    scope: \"b\n",
 			want: `rules: limits.yaml:3: invalid YAML: found unexpected end of stream`, is: rules.ErrInvalidSpec},
 		{name: "burst not an integer", data: head + "    rate_per_second: 1\n    burst_capacity: \"5\"\n",
@@ -346,6 +346,18 @@ func TestParseIntegerBases(t *testing.T) {
 		}
 		if got := p.Rules()[0].Limit.String(); got != tc.want {
 			t.Errorf("%s: limit %s, want %s", tc.fields, got, tc.want)
+		}
+	}
+}
+
+// TestParseTrailingMarker: a file that ends with "---", alone or with a
+// comment, holds one document of rules; nothing is dropped.
+func TestParseTrailingMarker(t *testing.T) {
+	const rule = "rules:\n  - {name: a, scope: ip, rate_per_second: 1, burst_capacity: 5}\n"
+	for _, tail := range []string{"---\n", "---", "---\n# end\n", "---\nnull\n", "...\n"} {
+		p, err := rules.Parse("limits.yaml", []byte(rule+tail))
+		if err != nil || len(p.Rules()) != 1 {
+			t.Errorf("rules then %q: %v, %v; want the one rule", tail, p, err)
 		}
 	}
 }
