@@ -39,7 +39,10 @@ type HTTPHarness struct {
 	// any route's middleware. Serve stops the server with t.Cleanup, and
 	// fails t (t.Fatal) when a middleware cannot be built or the server
 	// cannot start. The suite calls it once per case, from the case's
-	// goroutine. Required.
+	// goroutine. Routes may share a Pattern with different Methods ("GET
+	// /login" and "POST /login"): each is registered at its own Method, a
+	// GET route the framework's usual way (fiber's app.Get, which serves
+	// HEAD too). Required.
 	Serve func(t testing.TB, routes []HTTPRoute) string
 	// ServeApp starts a real HTTP/1.1 server on 127.0.0.1, as Serve does,
 	// for a whole application: app's routes served by the framework's
@@ -55,6 +58,17 @@ type HTTPHarness struct {
 	// ServeApp stops the server with t.Cleanup and fails t (t.Fatal) when
 	// a middleware cannot be built. Required.
 	ServeApp func(t testing.TB, app HTTPApp) string
+	// HeadAsGet reports whether the framework's router, as Serve and
+	// ServeApp register routes, answers a HEAD request to a GET route's
+	// path with that route's handlers: true for net/http's ServeMux (a
+	// "GET /x" pattern matches HEAD) and for fiber (app.Get registers a
+	// HEAD route beside the GET one); false for gin, Echo and chi, which
+	// answer it with their 404 or 405 (chi serves it only behind
+	// middleware.GetHead). The method cases check that such a HEAD is
+	// charged as the GET it is served as, to the GET route's endpoint
+	// bucket, when true, and that it gets the 404 or 405, charged nothing,
+	// when false.
+	HeadAsGet bool
 }
 
 // HTTPApp is the application HTTPHarness.ServeApp serves.
@@ -116,7 +130,7 @@ type AuthKey string
 // HTTPRoute is one route of the server that HTTPHarness.Serve builds, and
 // the configuration of the middleware in front of it.
 type HTTPRoute struct {
-	// Method is the method the route serves: "GET".
+	// Method is the method the route serves: "GET", "POST".
 	Method string
 	// Pattern is the route's path template, in a neutral syntax: literal
 	// segments and whole-segment wildcards, "/items/{id}". A ServeMux takes
@@ -169,11 +183,13 @@ func (r HTTPRoute) ColonPattern() string {
 // 7 and 8 promise HTTP clients: the header fields on allowed and denied
 // responses, with exact values; the 429 problem body; one limiter per route;
 // key functions, framework-neutral and native; the route template, not the
-// path, as the endpoint key; skip, cost and plans; multi-tier denials that
-// name the tier; store failures under FailOpen and FailClosed (a MockStore);
-// exactly the burst admitted under 64 concurrent clients; X-Forwarded-For
-// ignored from untrusted peers and read from trusted ones; and key errors
-// sent to the error handler. Each case runs in its own subtest with its own
+// path, as the endpoint key, and the method with it; rules limited to one
+// method of a route; HEAD as the router serves it (HTTPHarness.HeadAsGet);
+// waits that are not whole seconds, rounded up; skip, cost and plans;
+// multi-tier denials that name the tier; store failures under FailOpen and
+// FailClosed (a MockStore); exactly the burst admitted under 64 concurrent
+// clients; X-Forwarded-For ignored from untrusted peers and read from
+// trusted ones; and key errors sent to the error handler. Each case runs in its own subtest with its own
 // server, limiters and core.ManualClock (starting at t0, midnight UTC on 1
 // January 2026), so that every value is exact and nothing sleeps.
 //
@@ -181,7 +197,11 @@ func (r HTTPRoute) ColonPattern() string {
 // policy: each rate-limit field appears at most once; RateLimit-Policy and
 // RateLimit parse as the draft's lists; RateLimit names a listed policy,
 // and its r equals X-RateLimit-Remaining and is at most its q, which equals
-// X-RateLimit-Limit; and on a 429 its t equals Retry-After.
+// X-RateLimit-Limit; Retry-After, when sent, is whole delay-seconds, at
+// least 1 (RFC 9110 section 10.2.3; "0" invites an immediate retry); and on
+// a 429 RateLimit's t equals Retry-After. The cases that know a denial's
+// exact wait also check that Retry-After is that wait rounded up, never
+// earlier.
 func RunHTTPSuite(t *testing.T, h HTTPHarness) {
 	if h.Serve == nil {
 		t.Fatal("conformance: HTTPHarness.Serve is nil")
@@ -199,6 +219,8 @@ func RunHTTPSuite(t *testing.T, h HTTPHarness) {
 		{"CustomDenyHandler", httpTestCustomDeny},
 		{"PerRoute", httpTestPerRoute},
 		{"RouteTemplate", httpTestRouteTemplate},
+		{"Methods", httpTestMethods},
+		{"FractionalWait", httpTestFractionalWait},
 		{"KeyFunctions", httpTestKeyFunctions},
 		{"Skip", httpTestSkip},
 		{"Cost", httpTestCost},
@@ -214,6 +236,7 @@ func RunHTTPSuite(t *testing.T, h HTTPHarness) {
 		{"AppRouteTemplate", httpTestAppRouteTemplate},
 		{"AppStricterRoute", httpTestAppStricterRoute},
 		{"AppRouteKey", httpTestAppRouteKey},
+		{"AppMethods", httpTestAppMethods},
 		{"AppInstalledTwice", httpTestAppTwice},
 		{"AppSecondMiddleware", httpTestAppSecond},
 		{"AppUnknownPlan", httpTestAppUnknownPlan},
@@ -392,11 +415,17 @@ func (f *httpFixture) httpRequest(method, path string, kv ...string) (httpCall, 
 	return c, nil
 }
 
-// get sends a GET, fails the case if it cannot, and checks the response's
-// invariants.
+// get sends a GET; see send.
 func (f *httpFixture) get(path string, kv ...string) httpCall {
 	f.t.Helper()
-	c, err := f.httpRequest(http.MethodGet, path, kv...)
+	return f.send(http.MethodGet, path, kv...)
+}
+
+// send sends method path with header fields kv, fails the case if it
+// cannot, and checks the response's invariants.
+func (f *httpFixture) send(method, path string, kv ...string) httpCall {
+	f.t.Helper()
+	c, err := f.httpRequest(method, path, kv...)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -500,6 +529,14 @@ func (c httpCall) invariants() []error {
 			bad("%d %s fields %q, want at most one", len(v), name, v)
 		}
 	}
+	if ra := c.header.Get(httpRetryAfter); ra != "" {
+		// delay-seconds: digits only (RFC 9110 section 10.2.3), and at
+		// least 1: a wait rounded down to 0 sends the client back before
+		// the refill.
+		if n, err := strconv.ParseInt(ra, 10, 64); err != nil || strings.TrimLeft(ra, "0123456789") != "" || n < 1 {
+			bad("%s = %q, want whole seconds, at least 1", httpRetryAfter, ra)
+		}
+	}
 	var policies, limits []httpItem
 	if v := c.header.Get(httpPolicy); v != "" {
 		var err error
@@ -552,6 +589,25 @@ func (c httpCall) invariants() []error {
 		bad("%s t=%d, but %s = %s", httpRateLimit, item.Params["t"], httpRetryAfter, ra)
 	}
 	return errs
+}
+
+// wantWait checks a denial whose exact wait is known: Retry-After is wait
+// in whole seconds rounded up, and at least 1, so that a client that obeys
+// it never comes back before the refill. (The invariants check that
+// RateLimit's t says the same.)
+func (c httpCall) wantWait(t testing.TB, wait time.Duration) {
+	t.Helper()
+	want := max(int64((wait+sec-1)/sec), 1)
+	ra := c.header.Get(httpRetryAfter)
+	n, err := strconv.ParseInt(ra, 10, 64)
+	switch {
+	case err != nil:
+		t.Errorf("%s: %s = %q, want %d: the refill is %v away", c.name, httpRetryAfter, ra, want, wait)
+	case time.Duration(n)*sec < wait:
+		t.Errorf("%s: %s = %d, before the refill, %v away; want %d", c.name, httpRetryAfter, n, wait, want)
+	case n != want:
+		t.Errorf("%s: %s = %d, want %d: the refill is %v away, rounded up", c.name, httpRetryAfter, n, want, wait)
+	}
 }
 
 // httpTrim shortens a body for messages.
@@ -767,6 +823,48 @@ func httpTestDenial(f *httpFixture) {
 	calls.want(t, "GET /deny", 3)
 }
 
+// FractionalWait: waits that are not whole seconds are rounded up, in
+// Retry-After and RateLimit's t (never 0, never before the refill) and in
+// X-RateLimit-Reset (DESIGN.md section 7). TokenBucket(PerMinute(7), 2): a
+// token every 60/7s (8.571...s), q = 2, w = 2*60/7 = 17.14... rounded up
+// to 18.
+func httpTestFractionalWait(f *httpFixture) {
+	t := f.t
+	const perToken = time.Minute / 7
+	var calls httpCounter
+	f.serve(HTTPRoute{Method: "GET", Pattern: "/odd", Handler: calls.inc,
+		Limiter: f.limiter(core.Rule{Name: "api", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(7), 2)})})
+	for _, s := range []struct {
+		remaining, t string
+		reset        time.Duration // from t0
+	}{
+		{"1", "9", 9 * sec},   // full in 8.57s
+		{"0", "18", 18 * sec}, // full in 17.14s
+	} {
+		c := f.get("/odd")
+		c.wantOK(t)
+		c.wantFields(t, httpPolicy, `"api";q=2;w=18`, httpRemaining, s.remaining,
+			httpRateLimit, `"api";r=`+s.remaining+`;t=`+s.t, httpReset, httpUnix(s.reset))
+	}
+	c := f.get("/odd")
+	c.wantProblem(t, http.StatusTooManyRequests, "api")
+	c.wantWait(t, perToken)
+	c.wantFields(t, httpRetryAfter, "9", httpRateLimit, `"api";r=0;t=9`, httpReset, httpUnix(18*sec))
+	// At t0+8.5s the token is 71.4ms away: 1, not 0.
+	f.advance(8500 * ms)
+	c = f.get("/odd")
+	c.wantProblem(t, http.StatusTooManyRequests, "api")
+	c.wantWait(t, perToken-8500*ms)
+	c.wantFields(t, httpRetryAfter, "1", httpRateLimit, `"api";r=0;t=1`, httpReset, httpUnix(18*sec))
+	// At t0+9s, as the first Retry-After said, it passes: 1.05 tokens, and
+	// the 0.05 left is full in 1.95*60/7 = 16.71s, at t0+25.71s.
+	f.advance(500 * ms)
+	c = f.get("/odd")
+	c.wantOK(t)
+	c.wantFields(t, httpRemaining, "0", httpRateLimit, `"api";r=0;t=17`, httpReset, httpUnix(26*sec))
+	calls.want(t, "GET /odd", 3)
+}
+
 // CustomDenyHandler: the deny handler gets the denial, with the rate-limit
 // fields already set, and writes the answer.
 func httpTestCustomDeny(f *httpFixture) {
@@ -844,6 +942,67 @@ func httpTestRouteTemplate(f *httpFixture) {
 	c.wantFields(t, httpRemaining, "0")
 	items.want(t, "GET /items/{id}", 2)
 	users.want(t, "GET /users/{id}", 2)
+}
+
+// httpLoginRules are the rules of the method cases: a tier limited to
+// POST /login, and an endpoint tier.
+func httpLoginRules() []core.Rule {
+	return []core.Rule{
+		{Name: "login", Scope: core.ScopeIP, Routes: []string{"POST /login"}, Limit: core.TokenBucket(core.PerHour(1), 1)},
+		{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerHour(1), 2)},
+	}
+}
+
+// Methods: a GET and a POST route on one path, each with its own
+// middleware over one limiter of httpLoginRules; see httpMethodsTimeline.
+func httpTestMethods(f *httpFixture) {
+	var get, post httpCounter
+	l := f.limiter(httpLoginRules()...)
+	f.serve(
+		HTTPRoute{Method: "GET", Pattern: "/login", Limiter: l, Handler: get.inc},
+		HTTPRoute{Method: "POST", Pattern: "/login", Limiter: l, Handler: post.inc},
+	)
+	httpMethodsTimeline(f, &get, &post)
+}
+
+// httpMethodsTimeline runs the method cases against the served GET and
+// POST /login, whose handlers count in get and post. The rule limited to
+// "POST /login" charges the POST and not the GET; the endpoint tier keys
+// the GET and the POST of the template apart; and a HEAD, where the router
+// serves it with the GET route (HTTPHarness.HeadAsGet), is charged as that
+// GET, and elsewhere gets the router's 404 or 405 and is charged nothing.
+func httpMethodsTimeline(f *httpFixture, get, post *httpCounter) {
+	t := f.t
+	c := f.send(http.MethodPost, "/login")
+	c.wantOK(t)
+	c.wantFields(t, httpPolicy, `"login";q=1;w=3600, "per-endpoint";q=2;w=7200`,
+		httpRemaining, "0", httpRateLimit, `"login";r=0;t=3600`)
+	c = f.send(http.MethodPost, "/login")
+	c.wantProblem(t, http.StatusTooManyRequests, "login")
+	c.wantWait(t, time.Hour)
+	// The GET has its own endpoint bucket, untouched by the POST, and the
+	// login rule does not apply to it.
+	c = f.get("/login")
+	c.wantOK(t)
+	c.wantFields(t, httpPolicy, `"per-endpoint";q=2;w=7200`, httpRemaining, "1", httpRateLimit, `"per-endpoint";r=1;t=3600`)
+	c = f.send(http.MethodHead, "/login")
+	if f.h.HeadAsGet {
+		c.wantStatus(t, http.StatusOK)
+		c.wantFields(t, httpPolicy, `"per-endpoint";q=2;w=7200`, httpRemaining, "0", httpRateLimit, `"per-endpoint";r=0;t=7200`)
+	} else {
+		if c.status != http.StatusNotFound && c.status != http.StatusMethodNotAllowed {
+			t.Fatalf("%s = %d, want the router's 404 or 405 (HTTPHarness.HeadAsGet is false)", c.name, c.status)
+		}
+		c.wantNoLimitFields(t)
+		c = f.get("/login")
+		c.wantOK(t)
+		c.wantFields(t, httpRemaining, "0", httpRateLimit, `"per-endpoint";r=0;t=7200`)
+	}
+	c = f.get("/login")
+	c.wantProblem(t, http.StatusTooManyRequests, "per-endpoint")
+	c.wantWait(t, time.Hour)
+	get.want(t, "GET /login", 2)
+	post.want(t, "POST /login", 1)
 }
 
 // KeyFunctions: one route keyed by keyfuncs.Header("X-User"), another by the
@@ -1378,6 +1537,14 @@ func httpTestAppRouteKey(f *httpFixture) {
 	c.wantNoLimitFields(t)
 	calls["GET /search"].want(t, "GET /search", 2)
 	calls["GET /items/{id}"].want(t, "GET /items/{id}", 1)
+}
+
+// AppMethods: the method cases with one middleware, over a limiter of
+// httpLoginRules, installed at the router level; see httpMethodsTimeline.
+func httpTestAppMethods(f *httpFixture) {
+	routes, calls := httpAppRoutes("GET /login", "POST /login")
+	f.serveApp(HTTPApp{Limiter: f.limiter(httpLoginRules()...), Routes: routes})
+	httpMethodsTimeline(f, calls["GET /login"], calls["POST /login"])
 }
 
 // AppInstalledTwice: the same middleware installed at the router level and

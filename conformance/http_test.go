@@ -91,6 +91,10 @@ func TestHTTPInvariants(t *testing.T) {
 		{"unlisted policy", call(200, httpPolicy, `"api";q=2;w=20`, httpRateLimit, `"other";r=0;t=10`), 1},
 		{"r above q", call(200, httpPolicy, `"api";q=2;w=20`, httpRateLimit, `"api";r=3;t=10`), 1},
 		{"Retry-After differs from t", call(429, httpPolicy, `"api";q=2;w=20`, httpRateLimit, `"api";r=0;t=10`, httpRetryAfter, "9"), 1},
+		{"Retry-After 0", call(429, httpPolicy, `"api";q=2;w=20`, httpRateLimit, `"api";r=0;t=0`, httpRetryAfter, "0"), 1},
+		{"Retry-After a date", call(503, httpRetryAfter, "Thu, 01 Jan 2026 00:00:10 GMT"), 1},
+		{"Retry-After signed", call(503, httpRetryAfter, "+1"), 1},
+		{"Retry-After 1 on a 503", call(503, httpRetryAfter, "1"), 0},
 		{"zero window", call(200, httpPolicy, `"api";q=2;w=0`), 1},
 		{"unparsable", call(200, httpPolicy, `api`), 1},
 	}

@@ -152,6 +152,7 @@ func authOptions() []echolimit.Option {
 }
 
 func TestConformance(t *testing.T) {
+	// Echo routes HEAD only to HEAD routes: a HEAD to a GET route is a 405.
 	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveEcho, ServeApp: serveApp})
 }
 

@@ -17,10 +17,20 @@ import (
 	"github.com/bucketry/ratelimit/nethttp"
 )
 
+// add registers handlers at method and path on r, a GET route with r.Get,
+// as fiber apps register them, which serves HEAD too.
+func add(r fiber.Router, method, path string, handlers ...fiber.Handler) {
+	if method == fiber.MethodGet {
+		r.Get(path, handlers...)
+		return
+	}
+	r.Add(method, path, handlers...)
+}
+
 // serveFiber is the conformance harness: a fiber app on a real loopback
-// listener, each route registered at rt.Method and rt.ColonPattern() with
-// its own middleware in front of its handler. Paths no route matches get
-// fiber's 404.
+// listener, each route registered at rt.Method and rt.ColonPattern() (see
+// add) with its own middleware in front of its handler. Paths no route
+// matches get fiber's 404.
 func serveFiber(t testing.TB, routes []conformance.HTTPRoute) string {
 	t.Helper()
 	app := fibertest.NewApp()
@@ -53,7 +63,7 @@ func serveFiber(t testing.TB, routes []conformance.HTTPRoute) string {
 			t.Fatalf("fiberlimit.New for %s %s: %v", rt.Method, rt.Pattern, err)
 		}
 		next := rt.Handler
-		app.Add(rt.Method, rt.ColonPattern(), mw, func(c *fiber.Ctx) error {
+		add(app, rt.Method, rt.ColonPattern(), mw, func(c *fiber.Ctx) error {
 			if next != nil {
 				next()
 			}
@@ -101,7 +111,7 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 			}
 			return c.SendString("ok")
 		})
-		a.Add(rt.Method, rt.ColonPattern(), handlers...)
+		add(a, rt.Method, rt.ColonPattern(), handlers...)
 	}
 	return fibertest.Serve(t, a)
 }
@@ -125,7 +135,7 @@ func local(c *fiber.Ctx, name string) string {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveFiber, ServeApp: serveApp})
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveFiber, ServeApp: serveApp, HeadAsGet: true})
 }
 
 // TestBesideNetHTTP: a net/http middleware over the limiter of the fiber

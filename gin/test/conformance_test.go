@@ -125,6 +125,7 @@ func auth(c *gin.Context) {
 }
 
 func TestConformance(t *testing.T) {
+	// gin routes HEAD only to HEAD routes: a HEAD to a GET route is a 404.
 	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveGin, ServeApp: serveApp})
 }
 

@@ -107,5 +107,6 @@ func serveApp(t testing.TB, app conformance.HTTPApp) string {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveMux, ServeApp: serveApp})
+	// A ServeMux's "GET /x" pattern matches HEAD requests too.
+	conformance.RunHTTPSuite(t, conformance.HTTPHarness{Serve: serveMux, ServeApp: serveApp, HeadAsGet: true})
 }
