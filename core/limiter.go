@@ -971,52 +971,127 @@ func (l *Limiter) unshadow(ctx context.Context, leased bool, now time.Time, n in
 	for i := range d.NumTiers() {
 		first = append(first, d.TierAt(i))
 	}
+	// The enforced tiers are taken from the request's buckets, not from
+	// d's tiers: a failure mode may have left tiers out of d (FailOpen
+	// leaves out the failed ones; a FailFallback denial that never asked
+	// the store holds the failed ones only). Those the fallback decided and
+	// charged in the first call (FailFallback, every failed tier allowed
+	// there) are not charged again.
+	charged := fallbackCharged(l.failure, d, first, rules)
 	var (
 		bucketArr [maxInlineTiers]Bucket
 		stateArr  [maxInlineTiers]BucketState
 		ruleArr   [maxInlineTiers]*Rule
 	)
 	eb, es, er := bucketArr[:0], stateArr[:0], ruleArr[:0]
-	for i := range first {
-		if !first[i].Shadow {
-			eb, es, er = append(eb, buckets[i]), append(es, BucketState{}), append(er, rules[i])
+	enforced := false
+	for i := range buckets {
+		if l.shadow || rules[i].Shadow {
+			continue
 		}
+		enforced = true
+		if charged != nil && charged[i] {
+			continue
+		}
+		eb, es, er = append(eb, buckets[i]), append(es, BucketState{}), append(er, rules[i])
 	}
-	if len(eb) == 0 {
+	if !enforced {
 		// Every tier is in shadow: allowed, nothing taken.
 		d.Allowed, d.Reason, d.RetryAfter, d.ShadowDenied = true, ReasonNone, 0, true
 		return nil
 	}
 	var out Decision
-	var err error
-	if leased && l.leases != nil {
-		err = l.settleLeased(ctx, now, n, eb, es, er, &out)
+	if len(eb) > 0 {
+		var err error
+		if leased && l.leases != nil {
+			err = l.settleLeased(ctx, now, n, eb, es, er, &out)
+		} else {
+			err = l.settle(ctx, now, n, eb, es, er, &out)
+		}
+		if err != nil || out.NumTiers() == 0 {
+			*d = out
+			return err // a failure decided it
+		}
 	} else {
-		err = l.settle(ctx, now, n, eb, es, er, &out)
+		// Every enforced tier was decided and charged by the fallback.
+		for i := range buckets {
+			if charged[i] {
+				eb, er = append(eb, buckets[i]), append(er, rules[i])
+				es = append(es, tierOf(first, rules[i]).BucketState)
+			}
+		}
+		out.fill(es, er, eb, false)
+		out.Cost, out.At = d.Cost, d.At
 	}
-	if err != nil || out.NumTiers() == 0 {
-		*d = out
-		return err // a failure decided it
-	}
-	// Every tier, in policy order: the enforced ones as the second call
-	// left them, the shadow ones as the first did.
+	// Every tier, in policy order: the shadow ones and those the fallback
+	// charged as the first call left them, the others as the second did.
 	var secondArr [maxInlineTiers]TierState
 	second := secondArr[:0]
 	for i := range out.NumTiers() {
 		second = append(second, out.TierAt(i))
 	}
-	out.setTiers(len(first))
-	for i, j := 0, 0; i < len(first); i++ {
-		if first[i].Shadow {
-			out.setTier(i, &first[i])
-		} else {
-			out.setTier(i, &second[j])
-			j++
+	var allArr [maxInlineTiers]TierState
+	all := allArr[:0]
+	for i, r := range rules {
+		src := second
+		if l.shadow || r.Shadow || charged != nil && charged[i] {
+			src = first
+		}
+		if t := tierOf(src, r); t.Rule != nil {
+			all = append(all, t)
 		}
 	}
+	out.setTiers(len(all))
+	for i := range all {
+		out.setTier(i, &all[i])
+	}
 	out.ShadowDenied = out.Allowed
+	if d.Degraded && !out.Degraded {
+		out.Degraded, out.Err = true, d.Err // the first call's failure decided some tiers
+	}
 	*d = out
 	return nil
+}
+
+// tierOf returns the tier of rule r among tiers, or the zero TierState.
+func tierOf(tiers []TierState, r *Rule) TierState {
+	for i := range tiers {
+		if tiers[i].Rule == r {
+			return tiers[i]
+		}
+	}
+	return TierState{}
+}
+
+// fallbackCharged reports, per bucket of the request (rules), whether the
+// fallback decided and charged it in the call that made d: under
+// FailFallback, a partial failure whose failed tiers the fallback allowed
+// (a take on the fallback, all or nothing, charges them all or none). nil
+// when none was.
+func fallbackCharged(mode FailureMode, d *Decision, first []TierState, rules []*Rule) []bool {
+	if mode != FailFallback || !d.Degraded {
+		return nil
+	}
+	var pe *PartialError
+	walkErr(d.Err, func(e error) bool {
+		pe, _ = e.(*PartialError)
+		return pe != nil
+	})
+	if pe == nil {
+		return nil
+	}
+	charged := make([]bool, len(rules))
+	for _, i := range pe.Failed {
+		if i < 0 || i >= len(rules) {
+			return nil
+		}
+		t := tierOf(first, rules[i])
+		if t.Rule == nil || !t.Allowed {
+			return nil // the fallback denied: it took nothing
+		}
+		charged[i] = true
+	}
+	return charged
 }
 
 // shadowOnly reports whether every tier that denied d is in shadow mode.

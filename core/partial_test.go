@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // domainStore is a store of two failure domains on one MemoryStore: while
@@ -167,4 +168,85 @@ func TestPartialErrorInvalid(t *testing.T) {
 			t.Fatalf("Failed %v: %d store calls, want 2 (no second call per decision)", bad, s.calls.Load())
 		}
 	}
+}
+
+// TestPartialFailureWithShadowTiers: a partial failure beside a shadow tier
+// that denies. The shadow tier never denies the client, whatever the
+// failure mode left of the decision; the enforced tiers still limit; the
+// fallback charges a request once; Degraded and Err say that a failure
+// mode decided.
+func TestPartialFailureWithShadowTiers(t *testing.T) {
+	ctx := context.Background()
+	newLimiter := func(mode FailureMode, rules ...Rule) (*Limiter, *domainStore) {
+		m, _ := NewMemoryStore()
+		s := &domainStore{m: m}
+		s.down.Store(true)
+		return newTestLimiter(t, []Option{WithStore(s), WithFailureMode(mode)}, rules...), s
+	}
+	shadow := Rule{Name: "shadow", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 1), Shadow: true}
+
+	t.Run("FailOpen", func(t *testing.T) {
+		// far fails and is left out; shadow denies from the second request.
+		l, s := newLimiter(FailOpen,
+			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100)},
+			shadow,
+			Rule{Name: "near", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 10)})
+		for i := range 3 {
+			d, err := l.AllowAt(ctx, t0, Request{User: "u", IP: "192.0.2.1"}, 1)
+			if err != nil || !d.Allowed || d.Rule != "near" || !d.Degraded || !errors.Is(d.Err, errDown) || d.ShadowDenied != (i > 0) {
+				t.Fatalf("request %d: %+v, %v; want allowed by near, degraded, shadow-denied from the second", i, d, err)
+			}
+		}
+		tk := &Take{Now: t0, Buckets: []Bucket{{Rule: "near", Key: "192.0.2.1", Limit: &l.Policy().Rules()[2].Limit}}, States: make([]BucketState, 1)}
+		if err := s.m.Take(ctx, tk); err != nil || tk.States[0].Remaining != 7 {
+			t.Errorf("near holds %d (%v), want 7 after 3 requests", tk.States[0].Remaining, err)
+		}
+	})
+	t.Run("FailFallback, the failed tier in shadow", func(t *testing.T) {
+		// far, in shadow, fails; the fallback denies it from the second
+		// request; near (burst 2) must still limit.
+		l, _ := newLimiter(FailFallback,
+			Rule{Name: "near", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 2)},
+			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1), Shadow: true})
+		allowed := 0
+		for range 5 {
+			if d, _ := l.AllowAt(ctx, t0, Request{User: "u"}, 1); d.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 2 {
+			t.Errorf("%d of 5 requests allowed; near has a burst of 2", allowed)
+		}
+	})
+	t.Run("FailFallback, the failed tier enforced", func(t *testing.T) {
+		// far (burst 2) fails and the fallback decides it; shadow denies
+		// from the second request, which goes ahead and takes far's
+		// second token, once.
+		l, _ := newLimiter(FailFallback,
+			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 2)},
+			shadow)
+		for i := range 3 {
+			d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+			want := i < 2
+			if err != nil || d.Allowed != want || d.Rule != "far" || !d.Degraded {
+				t.Fatalf("request %d: %+v, %v; want allowed %v by far, degraded", i, d, err, want)
+			}
+			if want && d.Remaining != int64(1-i) {
+				t.Errorf("request %d: far has %d left, want %d", i, d.Remaining, 1-i)
+			}
+		}
+	})
+	t.Run("FailOpen, a leased tier down", func(t *testing.T) {
+		s := newLeaseStore(nil)
+		s.setDown(errDown)
+		l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailOpen)},
+			Rule{Name: "leased", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100), Lease: Lease{Max: 10, TTL: time.Minute}},
+			shadow,
+			Rule{Name: "near", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 10)})
+		for i := range 3 {
+			if d, err := l.AllowAt(ctx, t0, Request{User: "u", IP: "192.0.2.1"}, 1); err != nil || !d.Allowed || d.Rule == "shadow" {
+				t.Fatalf("request %d: %+v, %v; want allowed, never decided by the shadow tier", i, d, err)
+			}
+		}
+	})
 }
