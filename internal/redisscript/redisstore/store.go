@@ -154,7 +154,7 @@ func (s *Store) Reset(ctx context.Context, rule, id string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	sent := time.Now()
-	err := s.client.Del(cctx, key)
+	err := s.del(cctx, dm, key)
 	cancel()
 	err = ctxErr(ctx, err)
 	s.settle(ctx, dm, probe, true, err)
@@ -174,6 +174,28 @@ func (s *Store) Reset(ctx context.Context, rule, id string) error {
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	return nil
+}
+
+// del runs Client.Del on key, of dm's node, as eval runs a call: for
+// suspectFor after a call to that node failed, in a goroutine given up at
+// ctx's end, which the client may not honour while it reconnects.
+func (s *Store) del(ctx context.Context, dm *domain, key string) error {
+	if !recent(dm.failedAt.Load()) {
+		return s.client.Del(ctx, key)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.client.Del(ctx, key) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		return fmt.Errorf("the client did not return within the bound: %w", ctx.Err())
+	}
 }
 
 // Take implements core.Store.
