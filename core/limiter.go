@@ -977,7 +977,12 @@ func (l *Limiter) unshadow(ctx context.Context, leased bool, now time.Time, n in
 	// the store holds the failed ones only). Those the fallback decided and
 	// charged in the first call (FailFallback, every failed tier allowed
 	// there) are not charged again.
-	charged := fallbackCharged(l.failure, d, first, rules)
+	var charged []bool
+	if !leased {
+		// The indices of d's PartialError are the request's on this
+		// path; a leased request's name the store's part of it only.
+		charged = fallbackCharged(l.failure, d, first, rules)
+	}
 	var (
 		bucketArr [maxInlineTiers]Bucket
 		stateArr  [maxInlineTiers]BucketState
@@ -1008,10 +1013,12 @@ func (l *Limiter) unshadow(ctx context.Context, leased bool, now time.Time, n in
 		} else {
 			err = l.settle(ctx, now, n, eb, es, er, &out)
 		}
-		if err != nil || out.NumTiers() == 0 {
+		if err != nil {
 			*d = out
 			return err // a failure decided it
 		}
+		// With no tier (FailOpen left out every enforced one), the shadow
+		// tiers and ShadowDenied below still say what would have denied.
 	} else {
 		// Every enforced tier was decided and charged by the fallback.
 		for i := range buckets {

@@ -250,3 +250,68 @@ func TestPartialFailureWithShadowTiers(t *testing.T) {
 		}
 	})
 }
+
+// farLeaseStore is a leaseStore whose Take fails for the buckets of rules
+// named "far*", applying none of the take.
+type farLeaseStore struct{ *leaseStore }
+
+func (s farLeaseStore) Take(ctx context.Context, t *Take) error {
+	var failed []int
+	for i, b := range t.Buckets {
+		if strings.HasPrefix(b.Rule, "far") {
+			failed = append(failed, i)
+		}
+	}
+	if len(failed) > 0 {
+		return &PartialError{Failed: failed, Err: errDown}
+	}
+	return s.leaseStore.Take(ctx, t)
+}
+
+// TestLeasedPartialFailureWithShadowTiers: a leased tier beside a tier
+// whose store fails and a shadow tier that denies. The leased tier still
+// limits under FailFallback, and under FailOpen, with every enforced tier
+// left out, the shadow tier's denial is still reported.
+func TestLeasedPartialFailureWithShadowTiers(t *testing.T) {
+	ctx := context.Background()
+	t.Run("FailFallback", func(t *testing.T) {
+		l := newTestLimiter(t, []Option{WithStore(farLeaseStore{newLeaseStore(nil)}), WithFailureMode(FailFallback)},
+			Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 2), Lease: Lease{Max: 2, TTL: time.Minute}},
+			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100)},
+			Rule{Name: "shadow", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1), Shadow: true})
+		allowed := 0
+		for range 6 {
+			if d, _ := l.AllowAt(ctx, t0, Request{User: "u", IP: "192.0.2.1"}, 1); d.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 2 {
+			t.Errorf("%d of 6 requests allowed; the leased tier global has a burst of 2", allowed)
+		}
+	})
+	shadow := Rule{Name: "shadow", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 1), Shadow: true}
+	for _, tc := range []struct {
+		name  string
+		store Store
+		far   Rule
+	}{
+		{"FailOpen, leased", func() Store { s := newLeaseStore(nil); s.setDown(errDown); return s }(),
+			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100), Lease: Lease{Max: 10, TTL: time.Minute}}},
+		{"FailOpen, partial", func() Store { m, _ := NewMemoryStore(); s := &domainStore{m: m}; s.down.Store(true); return s }(),
+			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			denials := 0
+			l := newTestLimiter(t, []Option{WithStore(tc.store), WithFailureMode(FailOpen), WithDenials(func(context.Context, Denial) { denials++ })}, tc.far, shadow)
+			for i := range 3 {
+				d, err := l.AllowAt(ctx, t0, Request{User: "u"}, 1)
+				if err != nil || !d.Allowed || !d.Degraded || d.ShadowDenied != (i > 0) {
+					t.Fatalf("request %d: %+v, %v; want allowed, degraded, shadow-denied from the second", i, d, err)
+				}
+			}
+			if denials != 2 {
+				t.Errorf("WithDenials called %d times, want 2: the shadow tier denied the second and third requests", denials)
+			}
+		})
+	}
+}
