@@ -1079,11 +1079,9 @@ func fallbackCharged(mode FailureMode, d *Decision, first []TierState, rules []*
 	if mode != FailFallback || !d.Degraded {
 		return nil
 	}
-	var pe *PartialError
-	walkErr(d.Err, func(e error) bool {
-		pe, _ = e.(*PartialError)
-		return pe != nil
-	})
+	// A PartialError the limiter takes for one: a malformed one made the
+	// call a whole failure, which the fallback decided all or nothing.
+	pe := partialError(d.Err, len(rules))
 	if pe == nil {
 		return nil
 	}

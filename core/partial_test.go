@@ -236,6 +236,26 @@ func TestPartialFailureWithShadowTiers(t *testing.T) {
 			}
 		}
 	})
+	t.Run("FailFallback, a malformed partial failure", func(t *testing.T) {
+		// Failed out of order: a whole failure, which the fallback
+		// decides all or nothing, so a shadow denial there took nothing.
+		m, _ := NewMemoryStore()
+		s := &domainStore{m: m, bad: []int{1, 0}}
+		s.down.Store(true)
+		l := newTestLimiter(t, []Option{WithStore(s), WithFailureMode(FailFallback)},
+			Rule{Name: "a", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 2)},
+			Rule{Name: "b", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100)},
+			Rule{Name: "shadow", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1), Shadow: true})
+		allowed := 0
+		for range 6 {
+			if d, _ := l.AllowAt(ctx, t0, Request{User: "u", IP: "192.0.2.1"}, 1); d.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 2 {
+			t.Errorf("%d of 6 requests allowed; a has a burst of 2", allowed)
+		}
+	})
 	t.Run("FailOpen, a leased tier down", func(t *testing.T) {
 		s := newLeaseStore(nil)
 		s.setDown(errDown)

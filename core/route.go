@@ -42,9 +42,13 @@ type RouteSelector struct {
 // Routes are written as documented above (wildcards in braces); a
 // router's own syntax (":id", "*path", fiber's "+", chi's
 // "{id:[0-9]+}") is an error naming the route the adapters report for
-// it, for it would never match. A GET selector also selects
-// HEAD requests, which routers serve with the GET route's handler. The
-// error wraps ErrInvalidRule.
+// it, for it would never match. A wildcard of names and colons alone
+// ("{a:b}") is taken as fiber's adjacent parameters ("/:a:b"), which is
+// how adapters report them; a chi regexp of that shape ("{ver:v1}") is not
+// told apart from them, and a rule naming it never matches: write chi's
+// routes as "{ver}". A GET selector also selects HEAD requests, which
+// routers serve with the GET route's handler. The error wraps
+// ErrInvalidRule.
 func ParseRoute(s string) (RouteSelector, error) {
 	method, route := "", s
 	if i := strings.IndexByte(s, ' '); i >= 0 {
