@@ -610,3 +610,45 @@ func TestHeaderNames(t *testing.T) {
 		}
 	}
 }
+
+// deadlinePassed is a context at the instant its deadline has passed and
+// its timer has not fired yet: Err is still nil, and the engine counts it
+// as ended.
+type deadlinePassed struct{ context.Context }
+
+func (deadlinePassed) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestDeadlinePassed: a key function fails with the request's deadline
+// just as it passes; the request is gone, so the context's error goes back
+// to Echo, and an error handler finds the pending status untouched.
+func TestDeadlinePassed(t *testing.T) {
+	key := echolimit.WithKeyFunc(core.ScopeUser, func(echo.Context) (string, error) {
+		return "", fmt.Errorf("user store: %w", context.DeadlineExceeded)
+	})
+	pending := -1
+	for _, tc := range []struct {
+		name string
+		opts []echolimit.Option
+	}{
+		{"default", []echolimit.Option{key}},
+		{"error handler", []echolimit.Option{key, echolimit.WithErrorHandler(func(c echo.Context, err error) error {
+			pending = c.Response().Status
+			return err
+		})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mw := newMiddleware(t, flowtest.Limiter(t, flowtest.PerUser), tc.opts...)
+			r := httptest.NewRequest("GET", "/", nil).WithContext(deadlinePassed{context.Background()})
+			c := echo.New().NewContext(r, httptest.NewRecorder())
+			before := c.Response().Status
+			err := mw(func(echo.Context) error { t.Error("next ran"); return nil })(c)
+			var he *echo.HTTPError
+			if !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &he) {
+				t.Errorf("returned %v, want the context's error", err)
+			}
+			if tc.name == "error handler" && pending != before {
+				t.Errorf("the error handler saw pending status %d, want it untouched (%d)", pending, before)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package echolimit
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -143,10 +144,10 @@ func (m *middleware) handle(c echo.Context, next echo.HandlerFunc) error {
 	var ctxErr error
 	if status == 0 {
 		// The request's context ended: its error, not ours, goes back to
-		// Echo. If it has not ended, it did not cause Err (a store error
-		// that wraps context.Canceled): a server error.
+		// Echo. Its deadline may have passed before its timer fired, which
+		// the engine counts as ended too: then it is the deadline's error.
 		if ctxErr = c.Request().Context().Err(); ctxErr == nil {
-			status = http.StatusInternalServerError
+			ctxErr = context.DeadlineExceeded
 		}
 	}
 	switch {

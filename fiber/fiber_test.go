@@ -742,3 +742,32 @@ func TestHeaderNamesOnTheWire(t *testing.T) {
 		})
 	}
 }
+
+// deadlinePassed is a context at the instant its deadline has passed and
+// its timer has not fired yet: Err is still nil, and the engine counts it
+// as ended.
+type deadlinePassed struct{ context.Context }
+
+func (deadlinePassed) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestDeadlinePassed: a key function fails with the user context's
+// deadline just as it passes; the context's error goes back to fiber,
+// whose timeout middleware answers 408.
+func TestDeadlinePassed(t *testing.T) {
+	mw, err := fiberlimit.New(flowtest.Limiter(t, flowtest.PerUser),
+		fiberlimit.WithKeyFunc(core.ScopeUser, func(c *fiber.Ctx) (string, error) {
+			return "", fmt.Errorf("user store: %w", context.DeadlineExceeded)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := func(c *fiber.Ctx) error {
+		c.SetUserContext(deadlinePassed{c.UserContext()})
+		return mw(c)
+	}
+	app := fibertest.NewApp()
+	app.Get("/", timeout.NewWithContext(inner, time.Hour), func(c *fiber.Ctx) error { return nil })
+	if resp, body := appGet(t, app, "/"); resp.StatusCode != fiber.StatusRequestTimeout {
+		t.Errorf("GET / = %d %q, want 408", resp.StatusCode, body)
+	}
+}

@@ -1,6 +1,7 @@
 package fiberlimit
 
 import (
+	"context"
 	"net/http"
 	"net/textproto"
 	"sync"
@@ -140,10 +141,11 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 		// when the client goes, so this is a deadline or cancellation of
 		// the app's own UserContext: its error, not ours, goes back to
 		// fiber (fiber's timeout middleware turns DeadlineExceeded into
-		// 408). If that context has not ended, it did not cause Err (a
-		// store error that wraps context.Canceled): a server error.
+		// 408). Its deadline may have passed before its timer fired,
+		// which the engine counts as ended too: then it is the deadline's
+		// error.
 		if ctxErr = c.UserContext().Err(); ctxErr == nil {
-			status = fiber.StatusInternalServerError
+			ctxErr = context.DeadlineExceeded
 		}
 	}
 	if ctxErr == nil {
