@@ -23,12 +23,7 @@ type domainStore struct {
 func (s *domainStore) Take(ctx context.Context, t *Take) error {
 	s.calls.Add(1)
 	if s.down.Load() {
-		var failed []int
-		for i, b := range t.Buckets {
-			if strings.HasPrefix(b.Rule, "far") {
-				failed = append(failed, i)
-			}
-		}
+		failed := farBuckets(t)
 		if s.bad != nil {
 			failed = s.bad
 		}
@@ -37,6 +32,29 @@ func (s *domainStore) Take(ctx context.Context, t *Take) error {
 		}
 	}
 	return s.m.Take(ctx, t)
+}
+
+// farBuckets returns the indices of t's buckets of rules named "far*",
+// those of the failed domain.
+func farBuckets(t *Take) []int {
+	var failed []int
+	for i, b := range t.Buckets {
+		if strings.HasPrefix(b.Rule, "far") {
+			failed = append(failed, i)
+		}
+	}
+	return failed
+}
+
+// allowedOf returns how many of n requests like req, at t0, l allows.
+func allowedOf(l *Limiter, n int, req Request) int {
+	allowed := 0
+	for range n {
+		if d, _ := l.AllowAt(context.Background(), t0, req, 1); d.Allowed {
+			allowed++
+		}
+	}
+	return allowed
 }
 
 // TestPartialFailure: a request whose tiers span a failed domain ("far",
@@ -208,12 +226,7 @@ func TestPartialFailureWithShadowTiers(t *testing.T) {
 		l, _ := newLimiter(FailFallback,
 			Rule{Name: "near", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 2)},
 			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 1), Shadow: true})
-		allowed := 0
-		for range 5 {
-			if d, _ := l.AllowAt(ctx, t0, Request{User: "u"}, 1); d.Allowed {
-				allowed++
-			}
-		}
+		allowed := allowedOf(l, 5, Request{User: "u"})
 		if allowed != 2 {
 			t.Errorf("%d of 5 requests allowed; near has a burst of 2", allowed)
 		}
@@ -246,12 +259,7 @@ func TestPartialFailureWithShadowTiers(t *testing.T) {
 			Rule{Name: "a", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 2)},
 			Rule{Name: "b", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100)},
 			Rule{Name: "shadow", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1), Shadow: true})
-		allowed := 0
-		for range 6 {
-			if d, _ := l.AllowAt(ctx, t0, Request{User: "u", IP: "192.0.2.1"}, 1); d.Allowed {
-				allowed++
-			}
-		}
+		allowed := allowedOf(l, 6, Request{User: "u", IP: "192.0.2.1"})
 		if allowed != 2 {
 			t.Errorf("%d of 6 requests allowed; a has a burst of 2", allowed)
 		}
@@ -276,13 +284,7 @@ func TestPartialFailureWithShadowTiers(t *testing.T) {
 type farLeaseStore struct{ *leaseStore }
 
 func (s farLeaseStore) Take(ctx context.Context, t *Take) error {
-	var failed []int
-	for i, b := range t.Buckets {
-		if strings.HasPrefix(b.Rule, "far") {
-			failed = append(failed, i)
-		}
-	}
-	if len(failed) > 0 {
+	if failed := farBuckets(t); len(failed) > 0 {
 		return &PartialError{Failed: failed, Err: errDown}
 	}
 	return s.leaseStore.Take(ctx, t)
@@ -299,12 +301,7 @@ func TestLeasedPartialFailureWithShadowTiers(t *testing.T) {
 			Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 2), Lease: Lease{Max: 2, TTL: time.Minute}},
 			Rule{Name: "far", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100)},
 			Rule{Name: "shadow", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1), Shadow: true})
-		allowed := 0
-		for range 6 {
-			if d, _ := l.AllowAt(ctx, t0, Request{User: "u", IP: "192.0.2.1"}, 1); d.Allowed {
-				allowed++
-			}
-		}
+		allowed := allowedOf(l, 6, Request{User: "u", IP: "192.0.2.1"})
 		if allowed != 2 {
 			t.Errorf("%d of 6 requests allowed; the leased tier global has a burst of 2", allowed)
 		}

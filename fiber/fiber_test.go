@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -308,6 +310,36 @@ func TestUseRoute(t *testing.T) {
 	resp, _ := appGet(t, app, "/nowhere")
 	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("RateLimit-Policy") != ipOnly {
 		t.Errorf("app.Use: GET /nowhere = %d, RateLimit-Policy %q; want 404 and %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"), ipOnly)
+	}
+	// A file app.Static serves: fiber registers Static as it does Use,
+	// which the search passes by (the package doc says so), so it gets
+	// the route of a later route its path matches, or none.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		later  bool // a catch-all after Static
+		policy string
+	}{
+		{"static file", false, ipOnly},
+		{"static file before a catch-all", true, both},
+	} {
+		mw, err := fiberlimit.New(flowtest.Limiter(t, rules...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := fibertest.NewApp()
+		app.Use(mw)
+		app.Static("/assets", dir)
+		if tc.later {
+			app.Get("/*", ok)
+		}
+		resp, body := appGet(t, app, "/assets/a.txt")
+		if resp.StatusCode != http.StatusOK || body != "file" || resp.Header.Get("RateLimit-Policy") != tc.policy {
+			t.Errorf("%s: GET /assets/a.txt = %d %q, RateLimit-Policy %q; want 200 \"file\" and %q", tc.name, resp.StatusCode, body, resp.Header.Get("RateLimit-Policy"), tc.policy)
+		}
 	}
 }
 

@@ -100,6 +100,22 @@ type FaultStore struct {
 	Refunds  func() int64                        // Stats().Refunds
 }
 
+// NewFaultStore is the FaultStore of s, whose Stats stats reads (refused,
+// refunds).
+func NewFaultStore(s interface {
+	core.Store
+	Key(rule, id string) string
+	BreakerStates() map[string]core.BreakerState
+}, stats func() (refused, refunds int64)) FaultStore {
+	return FaultStore{
+		Store:    s,
+		Key:      s.Key,
+		Breakers: s.BreakerStates,
+		Refused:  func() int64 { r, _ := stats(); return r },
+		Refunds:  func() int64 { _, r := stats(); return r },
+	}
+}
+
 // ClusterFault is a store under test for RunClusterFault.
 type ClusterFault struct {
 	// Name names the store in the figures' log line: "goredis".

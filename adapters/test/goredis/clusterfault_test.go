@@ -33,12 +33,6 @@ var clusterFault = redistests.ClusterFault{
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
-		return redistests.FaultStore{
-			Store:    s,
-			Key:      s.Key,
-			Breakers: s.BreakerStates,
-			Refused:  func() int64 { return s.Stats().Refused },
-			Refunds:  func() int64 { return s.Stats().Refunds },
-		}
+		return redistests.NewFaultStore(s, func() (int64, int64) { st := s.Stats(); return st.Refused, st.Refunds })
 	},
 }
