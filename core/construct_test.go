@@ -345,7 +345,7 @@ func TestZeroHeaderFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCovered(t, &HeaderFormat{}, map[string]bool{"Headers": true, "Status": true, "AppendProblem": true})
+	checkCovered(t, &HeaderFormat{}, map[string]bool{"Headers": true, "SetHeader": true, "Status": true, "AppendProblem": true})
 	for _, f := range []struct {
 		name string
 		f    *HeaderFormat
@@ -367,6 +367,11 @@ func TestZeroHeaderFormat(t *testing.T) {
 						t.Errorf("Headers set %s: %s; a %s HeaderFormat sets nothing", name, value, f.name)
 					})
 				})
+				h := map[string][]string{}
+				noPanic(t, "SetHeader", func() { f.f.SetHeader(h, &[NumHeaderFields]string{"a", "b", "c", "d", "e", "f", "g"}, d.d) })
+				if len(h) != 0 {
+					t.Errorf("SetHeader stored %v; a %s HeaderFormat stores nothing", h, f.name)
+				}
 				var status int
 				noPanic(t, "Status", func() { status = f.f.Status(d.d) })
 				if want := std.Status(d.d); status != want {

@@ -753,7 +753,7 @@ func (f *HeaderFormat) xRateLimit(v *HeaderValues, d *Decision, now time.Time, l
 	if f.reset == ResetDelta {
 		v.commit(FieldReset, appendDecimal(v.spare(), ceilSeconds(d.ResetAfter)))
 	} else {
-		v.commit(FieldReset, appendDecimal(v.spare(), ceilUnix(now.Add(d.ResetAfter))))
+		v.commit(FieldReset, appendDecimal(v.spare(), ceilUnixAfter(now, d.ResetAfter)))
 	}
 	return remaining
 }
@@ -765,22 +765,14 @@ func (f *HeaderFormat) xRateLimit(v *HeaderValues, d *Decision, now time.Time, l
 // reports false, having written nothing, for any other decision, which
 // values formats. TestValuesOneSameAsValues compares the two.
 func (f *HeaderFormat) valuesOne(d *Decision, v *HeaderValues) bool {
-	if d.n != 1 || d.more != nil || !d.Allowed || d.Limit == 0 || f.texts == nil {
+	text := f.one(d)
+	if text == nil {
 		return false
 	}
-	t, fl := &d.tiers[0], d.flags[0]
-	r := t.rule
-	if fl != 1 || r == nil || (t.limit != nil && t.limit != &r.Limit) || r.Name != d.Rule {
-		return false // not allowed with ReasonNone, in shadow mode, or a Lookup's limit
-	}
-	e := f.texts.last.Load()
-	if e == nil || !e.key.same(&textKey{r}) {
-		return false // values finds or makes them
-	}
-	text := e.text
+	t := &d.tiers[0]
 	var remaining []byte // as in values
 	if f.on[FieldLimit] {
-		remaining = f.xRateLimit(v, d, d.At, &text.limit[0], r.Limit.burst, t.remaining)
+		remaining = f.xRateLimit(v, d, d.At, &text.limit[0], t.rule.Limit.burst, t.remaining)
 	}
 	if f.on[FieldPolicy] {
 		v.constant(FieldPolicy, &text.policy)
@@ -789,6 +781,100 @@ func (f *HeaderFormat) valuesOne(d *Decision, v *HeaderValues) bool {
 		// appendServiceItem's item for an allowed tier and no Retry-After.
 		b := append(v.spare(), text.item[0]...)
 		v.commit(FieldRateLimit, appendItemRest(b, remaining, t.remaining, ceilSeconds(time.Duration(t.resetAfter))))
+	}
+	return true
+}
+
+// one returns the constant values of d's rule when d is the decision
+// valuesOne and setOne cover: allowed on a single tier of its rule's own
+// limit, not in shadow mode, whose constant values f keeps already (the
+// last ones it found); nil for any other.
+func (f *HeaderFormat) one(d *Decision) *ruleText {
+	if d.n != 1 || d.more != nil || !d.Allowed || d.Limit == 0 || f.texts == nil {
+		return nil
+	}
+	t, fl := &d.tiers[0], d.flags[0]
+	r := t.rule
+	if fl != 1 || r == nil || (t.limit != nil && t.limit != &r.Limit) || r.Name != d.Rule {
+		return nil // not allowed with ReasonNone, in shadow mode, or a Lookup's limit
+	}
+	e := f.texts.last.Load()
+	if e == nil || !e.key.same(&textKey{r}) {
+		return nil // values finds or makes them
+	}
+	return e.text
+}
+
+// SetHeader stores the header fields f formats for d in h, a header map
+// such as http.Header, each under names[field], replacing what h held
+// there: what HeaderValues.Format then HeaderValues.SetHeader store, with
+// the same sharing of constant values and the same single allocation for
+// the others, with no HeaderValues between them for the commonest decision
+// (allowed on one tier). A nil f stores nothing.
+func (f *HeaderFormat) SetHeader(h map[string][]string, names *[NumHeaderFields]string, d *Decision) {
+	if f == nil || f.setOne(h, names, d) {
+		return
+	}
+	var v HeaderValues
+	v.Format(f, d)
+	v.SetHeader(h, names)
+}
+
+// setOne is SetHeader for the decisions valuesOne covers: it formats the
+// values that change straight into the allocation the header map keeps,
+// in the order values formats them. It reports false, having stored
+// nothing, for any other decision. TestSetHeaderSameAsValues compares it
+// with HeaderValues.SetHeader.
+func (f *HeaderFormat) setOne(h map[string][]string, names *[NumHeaderFields]string, d *Decision) bool {
+	text := f.one(d)
+	if text == nil {
+		return false
+	}
+	t := &d.tiers[0]
+	limit, rl := f.on[FieldLimit], f.on[FieldRateLimit]
+	if limit && d.Limit != t.rule.Limit.burst {
+		return false // X-RateLimit-Limit is not the rule's constant
+	}
+	if f.on[FieldPolicy] {
+		h[names[FieldPolicy]] = text.policy.ss
+	}
+	if !limit && !rl {
+		return true
+	}
+	// Remaining, Reset and the RateLimit item, in blk.b while they fit
+	// (append moves them to the heap otherwise, which is as good: nothing
+	// writes to them once made strings).
+	blk := new(headerBlock)
+	b := blk.b[:0]
+	var remaining []byte // as in values
+	var rem, reset int   // where X-RateLimit-Remaining and -Reset end in b
+	if limit {
+		h[names[FieldLimit]] = text.limit[0].ss
+		b = appendDecimal(b, d.Remaining)
+		rem = len(b)
+		if d.Remaining == sfInt(d.Remaining) && d.Remaining == t.remaining {
+			remaining = b[:rem:rem]
+		}
+		if f.reset == ResetDelta {
+			b = appendDecimal(b, ceilSeconds(d.ResetAfter))
+		} else {
+			b = appendDecimal(b, ceilUnixAfter(d.At, d.ResetAfter))
+		}
+		reset = len(b)
+	}
+	if rl {
+		b = append(b, text.item[0]...)
+		b = appendItemRest(b, remaining, t.remaining, ceilSeconds(time.Duration(t.resetAfter)))
+	}
+	all := unsafe.String(unsafe.SliceData(b), len(b)) // b is not written again
+	if limit {
+		blk.ss[0], blk.ss[1] = all[:rem], all[rem:reset]
+		h[names[FieldRemaining]] = blk.ss[0:1:1]
+		h[names[FieldReset]] = blk.ss[1:2:2]
+	}
+	if rl {
+		blk.ss[2] = all[reset:]
+		h[names[FieldRateLimit]] = blk.ss[2:3:3]
 	}
 	return true
 }
@@ -1157,6 +1243,24 @@ func ceilSeconds(d time.Duration) int64 {
 // least 1, since "Retry-After: 0" invites an immediate retry (RFC 9110
 // section 10.2.3 allows only whole delay-seconds).
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
+
+// ceilUnixAfter returns ceilUnix(now.Add(d)), adding d to now's Unix
+// seconds and nanoseconds rather than through Time.Add, which also keeps
+// the monotonic reading.
+func ceilUnixAfter(now time.Time, d time.Duration) int64 {
+	s := now.Unix() + int64(d/time.Second)
+	ns := int64(now.Nanosecond()) + int64(d%time.Second) // -1e9 < ns < 2e9
+	switch {
+	case ns >= int64(time.Second):
+		s, ns = s+1, ns-int64(time.Second)
+	case ns < 0:
+		s, ns = s-1, ns+int64(time.Second)
+	}
+	if ns != 0 {
+		s++
+	}
+	return s
+}
 
 // ceilUnix returns t as Unix seconds rounded up.
 func ceilUnix(t time.Time) int64 {

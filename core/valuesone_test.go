@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +71,28 @@ func TestValuesOneSameAsValues(t *testing.T) {
 			if f.valuesOne(&d, &probe) {
 				covered++
 			}
+			// HeaderFormat.SetHeader, through setOne when it can, stores
+			// what Format then HeaderValues.SetHeader store; the same
+			// values are constant (shared) in both.
+			names := &[NumHeaderFields]string{"L", "R", "S", "P", "RL", "RA", "CC"}
+			h0 := map[string][]string{"R": {"old"}, "Other": {"kept"}}
+			h1 := map[string][]string{"R": {"old"}, "Other": {"kept"}}
+			f.SetHeader(h0, names, &d)
+			slow.SetHeader(h1, names)
+			if one, probe := f.setOne(map[string][]string{}, names, &d), (HeaderValues{}); one != f.valuesOne(&d, &probe) {
+				t.Fatalf("round %d: setOne %v, valuesOne %v for %+v", round, one, !one, d)
+			}
+			if got, want := dumpMap(h0), dumpMap(h1); got != want {
+				t.Fatalf("round %d, %+v under %d options:\nHeaderFormat.SetHeader: %s\nHeaderValues.SetHeader: %s", round, d, len(opts), got, want)
+			}
+			for i := range slow.Len() {
+				// A constant is the format's own slice in both maps.
+				name := names[slow.Field(i)]
+				_, c := slow.Constant(i)
+				if same := &h0[name][0] == &h1[name][0]; same != c {
+					t.Fatalf("round %d: %s shared %v, constant %v", round, name, same, c)
+				}
+			}
 			total++
 			if got, want := dumpValues(&fast), dumpValues(&slow); got != want {
 				t.Fatalf("round %d, %+v under %d options:\nFormat: %s\nvalues: %s", round, d, len(opts), got, want)
@@ -78,6 +102,21 @@ func TestValuesOneSameAsValues(t *testing.T) {
 	if covered < total/4 {
 		t.Errorf("valuesOne covered %d of %d decisions, want at least a quarter", covered, total)
 	}
+}
+
+// dumpMap writes h's fields in name order, with each value's length and
+// capacity.
+func dumpMap(h map[string][]string) string {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, k := range names {
+		fmt.Fprintf(&b, "%s: %q (len %d cap %d); ", k, h[k], len(h[k]), cap(h[k]))
+	}
+	return b.String()
 }
 
 // dumpValues writes v's fields, each with whether it is a constant.
@@ -94,4 +133,26 @@ func dumpValues(v *HeaderValues) string {
 		b.WriteString("; ")
 	}
 	return b.String()
+}
+
+// TestCeilUnixAfter compares ceilUnixAfter with ceilUnix(now.Add(d)) on
+// random times (before and after 1970, with and without a monotonic
+// reading) and durations of either sign.
+func TestCeilUnixAfter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	base := []time.Time{time.Unix(0, 0), time.Unix(-1, 999_999_999), hdrT0, time.Now()}
+	for i := range 200_000 {
+		now := base[i%len(base)].Add(time.Duration(rng.Int64N(1<<62) - 1<<61))
+		d := time.Duration(rng.Int64N(1<<62) - 1<<61)
+		switch i % 4 {
+		case 1:
+			d %= 3 * time.Second
+		case 2:
+			now = now.Truncate(time.Second)
+			d = d.Truncate(time.Second)
+		}
+		if got, want := ceilUnixAfter(now, d), ceilUnix(now.Add(d)); got != want {
+			t.Fatalf("ceilUnixAfter(%v, %v) = %d, want %d", now, d, got, want)
+		}
+	}
 }

@@ -669,12 +669,19 @@ func (e *Engine) HeaderValues(res *Result, v *core.HeaderValues) {
 // SetHTTPHeaders stores res's rate-limit header fields in h, as Headers
 // reports them, replacing earlier values, under their canonical names
 // (whatever the format's core.NameCase), without canonicalizing them per
-// response (see core.HeaderValues.SetHeader: the constant values are
+// response (see core.HeaderFormat.SetHeader: the constant values are
 // slices shared by every response; the others share one allocation).
 func (e *Engine) SetHTTPHeaders(h http.Header, res *Result) {
-	var v core.HeaderValues
-	e.HeaderValues(res, &v)
-	v.SetHeader(h, &e.httpNames)
+	switch res.Outcome { // as HeaderValues
+	case Proceed:
+		if !e.onAllow {
+			return
+		}
+	case Denied, Unavailable:
+	default:
+		return
+	}
+	e.format.SetHeader(h, &e.httpNames, &res.Decision)
 }
 
 // ContentTypeProblem is the media type of the bodies WriteProblem writes
