@@ -77,6 +77,12 @@ func validKey(key string) bool {
 	if len(key) < 8 {
 		return validShort(key)
 	}
+	if len(key) <= 16 {
+		// An IPv4 address, a short user ID: two words, the second
+		// overlapping the first, with no loop.
+		b := unsafe.Slice(unsafe.StringData(key), len(key)) // read only
+		return !hasControl(binary.LittleEndian.Uint64(b)) && !hasControl(binary.LittleEndian.Uint64(b[len(b)-8:]))
+	}
 	return validWords(key)
 }
 
