@@ -803,3 +803,48 @@ func TestDeadlinePassed(t *testing.T) {
 		t.Errorf("GET / = %d %q, want 408", resp.StatusCode, body)
 	}
 }
+
+// TestFieldsSetEarlierReplaced: a rate-limit field that a handler before
+// the middleware set, under its name in any case, leaves with one value,
+// the middleware's, on an allowed response and on a denial; a field of
+// another name stays. Field names are case-insensitive (RFC 9110 section
+// 5.1), and fasthttp normalizes the names c.Set is given.
+func TestFieldsSetEarlierReplaced(t *testing.T) {
+	format, err := core.NewHeaderFormat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := fiberlimit.New(flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 1)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []func(string) string{strings.ToLower, strings.ToUpper, func(s string) string { return s }}
+	earlier := func(c *fiber.Ctx) error {
+		for h := range core.HeaderField(core.NumHeaderFields) {
+			c.Set(cases[int(h)%len(cases)](h.Name(format)), "stale")
+		}
+		c.Set("X-Other", "kept")
+		return c.Next()
+	}
+	app := fibertest.NewApp()
+	app.Get("/", earlier, mw, func(c *fiber.Ctx) error { return c.SendString("ok") })
+	for _, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		resp, _ := appGet(t, app, "/")
+		if resp.StatusCode != want {
+			t.Fatalf("GET / = %d, want %d", resp.StatusCode, want)
+		}
+		fields := []core.HeaderField{core.FieldLimit, core.FieldRemaining, core.FieldReset, core.FieldPolicy, core.FieldRateLimit}
+		if want == http.StatusTooManyRequests {
+			fields = append(fields, core.FieldRetryAfter, core.FieldCacheControl)
+		}
+		for _, h := range fields {
+			// http.ReadResponse files every spelling of a name under one key.
+			if got := resp.Header.Values(h.Name(format)); len(got) != 1 || got[0] == "stale" {
+				t.Errorf("%d response: %s = %q, want one value, the middleware's", want, h.Name(format), got)
+			}
+		}
+		if got := resp.Header.Values("X-Other"); len(got) != 1 || got[0] != "kept" {
+			t.Errorf("%d response: X-Other = %q, want [kept]", want, got)
+		}
+	}
+}

@@ -81,6 +81,7 @@ func New(limiter *core.Limiter, opts ...Option) (fiber.Handler, error) {
 		// token characters header names are made of.
 		m.normalized[h] = []byte(textproto.CanonicalMIMEHeaderKey(name))
 	}
+	userContextOnce.Do(checkUserContextKey)
 	e.MiddlewareMade()
 	return m.handle, nil
 }
@@ -91,12 +92,20 @@ func New(limiter *core.Limiter, opts ...Option) (fiber.Handler, error) {
 // copies both into the response's own buffers, which it reuses from
 // request to request, so setting them allocates nothing.
 func (m *middleware) handle(c *fiber.Ctx) error {
-	mark, _ := c.Locals(flow.MarkName).(*flow.Mark)
+	// The Mark is one of c.Locals, which are the fasthttp request's user
+	// values: read and set there, without Locals' variadic call.
+	fctx := c.Context()
+	mark, _ := fctx.UserValue(flow.MarkName).(*flow.Mark)
 	var res flow.Result
 	// A net/http handler over the limiter, in the app through fiber's
 	// adaptor.HTTPMiddleware, marks its request's context, whose values
-	// the adaptor copies into the fasthttp request's (c.Context()).
-	again := m.engine.Seen(mark, &res) || m.engine.Seen(m.engine.ContextMark(c.Context()), &res)
+	// the adaptor copies into the fasthttp request's (c.Context()). Seen
+	// of a nil Mark is false.
+	again := mark != nil && m.engine.Seen(mark, &res)
+	if !again {
+		cm := m.engine.ContextMark(fctx)
+		again = cm != nil && m.engine.Seen(cm, &res)
+	}
 	if !again {
 		if rt := c.Route(); isUse(rt) {
 			v := usePool.Get().(*useView)
@@ -108,7 +117,7 @@ func (m *middleware) handle(c *fiber.Ctx) error {
 			m.engine.Check(request{c}, &res)
 		}
 		if res.Outcome == flow.Proceed || res.Outcome == flow.Skipped {
-			c.Locals(flow.MarkName, m.engine.Mark(mark))
+			fctx.SetUserValue(flow.MarkName, m.engine.Mark(mark))
 		}
 	}
 	switch res.Outcome {

@@ -6,9 +6,11 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/bucketry/ratelimit/flow"
 	"github.com/bucketry/ratelimit/keyfuncs"
@@ -36,8 +38,48 @@ var (
 // Context returns c.UserContext(): context.Background() unless a handler
 // before the middleware set one with c.SetUserContext (fiber's timeout
 // middleware, an authentication middleware). fasthttp does not cancel it
-// when the client goes away.
-func (v request) Context() context.Context { return v.c.UserContext() }
+// when the client goes away. It reads the context where fiber keeps it
+// (userContextKey) rather than call c.UserContext, which stores
+// Background as a user value of a request that has none: one more value
+// for every later c.Locals to pass over, and for fasthttp to check for
+// io.Closer when the request ends.
+func (v request) Context() context.Context {
+	if !userContextKnown {
+		return v.c.UserContext()
+	}
+	if ctx, ok := v.c.Context().UserValue(userContextKey).(context.Context); ok {
+		return ctx
+	}
+	return context.Background()
+}
+
+// userContextKey is the name of the fasthttp request's user value in which
+// fiber v2 keeps the context c.SetUserContext sets (its own unexported
+// userContextKey). userContextKnown says whether it is: New checks it
+// once, on a Ctx of an app of its own, before any request; if a fiber
+// release keeps the context elsewhere, Context calls c.UserContext().
+// TestUserContextKey fails then.
+const userContextKey = "__local_user_context__"
+
+var (
+	userContextOnce  sync.Once
+	userContextKnown bool
+)
+
+// checkUserContextKey sets userContextKnown.
+func checkUserContextKey() {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	fctx := new(fasthttp.RequestCtx)
+	c := app.AcquireCtx(fctx)
+	defer app.ReleaseCtx(c)
+	probe := &probeContext{context.Background()}
+	c.SetUserContext(probe)
+	got, _ := fctx.UserValue(userContextKey).(*probeContext)
+	userContextKnown = got == probe
+}
+
+// probeContext is the context checkUserContextKey looks for.
+type probeContext struct{ context.Context }
 
 // Method returns the request's method: one of the constants of the standard
 // methods, or a copy of any other.
@@ -164,9 +206,14 @@ func (v request) RemoteAddr() string {
 // reads it rather than RemoteAddr, whose text would be formatted only to be
 // parsed again.
 func (v request) PeerAddr() (netip.AddrPort, bool) {
-	if tcp, ok := v.c.Context().RemoteAddr().(*net.TCPAddr); ok {
-		if ap := tcp.AddrPort(); ap.Addr().IsValid() {
-			return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), true
+	// tcp.AddrPort(), but for its WithZone call, which only an address
+	// with a zone needs.
+	if tcp, ok := v.c.Context().RemoteAddr().(*net.TCPAddr); ok && tcp != nil {
+		if a, ok := netip.AddrFromSlice(tcp.IP); ok {
+			if tcp.Zone != "" {
+				a = a.WithZone(tcp.Zone)
+			}
+			return netip.AddrPortFrom(a.Unmap(), uint16(tcp.Port)), true
 		}
 	}
 	return netip.AddrPort{}, false
