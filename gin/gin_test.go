@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -326,5 +329,85 @@ func TestHandleContext(t *testing.T) {
 		if w.Code != http.StatusOK || w.Body.String() != "app" || w.Header().Get("X-RateLimit-Remaining") != tc.remaining {
 			t.Errorf("%s: GET /some/deep/link = %d %q, X-RateLimit-Remaining %q; want 200 \"app\", %q", tc.name, w.Code, w.Body.String(), w.Header().Get("X-RateLimit-Remaining"), tc.remaining)
 		}
+	}
+}
+
+// TestMarkMapReuse: the map that carries the Mark of a request with no
+// c.Keys goes back to the middleware only when the chain left it as it
+// was, and no request sees what an earlier one left in it. After c.Next
+// the handler before the middleware finds c.Keys nil again when nothing
+// else was set, the keys a handler set, the one key a handler put in the
+// Mark's place, or the map a handler put in c.Keys instead; every handler
+// after the middleware finds the Mark alone; the middleware installed
+// twice on a route charges each request once.
+func TestMarkMapReuse(t *testing.T) {
+	limit := func(name string) *core.Limiter {
+		return flowtest.Limiter(t, core.Rule{Name: name, Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 100)})
+	}
+	a, b := newMiddleware(t, limit("a")), newMiddleware(t, limit("b"))
+	var after map[any]any // c.Keys once the middleware returned
+	outer := func(c *gin.Context) {
+		c.Next()
+		after = c.Keys
+	}
+	// alone: the Mark, and nothing an earlier request left.
+	alone := func(c *gin.Context) {
+		if _, isMark := c.Keys[flow.MarkName].(*flow.Mark); len(c.Keys) != 1 || !isMark {
+			t.Errorf("%s: c.Keys = %v after the middleware, want the Mark alone", c.Request.URL.Path, c.Keys)
+		}
+	}
+	var replaced map[any]any
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	e := gin.New()
+	e.GET("/plain", outer, a, alone, ok)
+	e.GET("/set", outer, a, alone, func(c *gin.Context) { c.Set("user", "alice") }, ok)
+	e.GET("/swap", outer, a, alone, func(c *gin.Context) {
+		delete(c.Keys, flow.MarkName)
+		c.Set("other", 1)
+	}, ok)
+	e.GET("/replace", outer, a, alone, func(c *gin.Context) {
+		replaced = maps.Clone(c.Keys)
+		c.Keys = replaced
+	}, ok)
+	e.GET("/two", outer, a, b, ok)
+	e.GET("/twice", outer, a, alone, a, alone, ok)
+
+	for j, tc := range []struct {
+		path  string
+		check func(map[any]any) bool
+		want  string
+	}{
+		{"/plain", func(m map[any]any) bool { return m == nil }, "nil"},
+		{"/set", func(m map[any]any) bool { return len(m) == 2 && m["user"] == "alice" && m[flow.MarkName] != nil }, "the Mark and user"},
+		{"/swap", func(m map[any]any) bool { return len(m) == 1 && m["other"] == 1 }, "other alone"},
+		{"/replace", func(m map[any]any) bool {
+			return len(m) == 1 && reflect.ValueOf(m).UnsafePointer() == reflect.ValueOf(replaced).UnsafePointer()
+		}, "the handler's map"},
+		{"/two", func(m map[any]any) bool { return m == nil }, "nil"},
+		{"/twice", func(m map[any]any) bool { return m == nil }, "nil"},
+	} {
+		t.Run(strings.TrimPrefix(tc.path, "/"), func(t *testing.T) {
+			// A peer per path: its tier counts this path's requests only.
+			peer := "192.0.2." + strconv.Itoa(j+1) + ":1"
+			for i := range 5 {
+				// Every other request goes to /plain first, which takes
+				// the map the last request on tc.path may have returned.
+				if i%2 == 1 {
+					if w := do(e, "GET", "/plain", "198.51.100.1:1"); w.Code != http.StatusOK {
+						t.Fatalf("GET /plain = %d", w.Code)
+					}
+				}
+				w := do(e, "GET", tc.path, peer)
+				if w.Code != http.StatusOK {
+					t.Fatalf("GET %s #%d = %d, want 200", tc.path, i+1, w.Code)
+				}
+				if got, want := w.Header().Get("X-RateLimit-Remaining"), strconv.Itoa(99-i); got != want {
+					t.Errorf("GET %s #%d: X-RateLimit-Remaining %s, want %s (charged once)", tc.path, i+1, got, want)
+				}
+				if !tc.check(after) {
+					t.Errorf("GET %s #%d: c.Keys = %v before the middleware after c.Next, want %s", tc.path, i+1, after, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -3,8 +3,8 @@ package ginlimit
 import (
 	"errors"
 	"net/http"
-	"reflect"
 	"sync"
+	"unsafe"
 
 	"github.com/gin-gonic/gin"
 
@@ -111,7 +111,9 @@ func (m *middleware) handle(c *gin.Context) {
 		// marks the request's context.
 		ctxMark = m.engine.ContextMark(c.Request.Context())
 	}
-	seen := m.engine.Seen(mark, &res) || m.engine.Seen(ctxMark, &res)
+	// Seen is false for a nil Mark, the common case, asked here without
+	// the calls.
+	seen := mark != nil && m.engine.Seen(mark, &res) || ctxMark != nil && m.engine.Seen(ctxMark, &res)
 	switch {
 	case seen:
 	case c.Request == nil:
@@ -122,9 +124,13 @@ func (m *middleware) handle(c *gin.Context) {
 	switch res.Outcome {
 	case flow.Proceed:
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
-		m.next(c, mark, ctxMark, seen)
+		m.next(c, mark, ctxMark) // never seen: Seen's outcomes are Skipped and Failed
 	case flow.Skipped:
-		m.next(c, mark, ctxMark, seen)
+		if seen {
+			c.Next() // the Mark records this middleware already
+			return
+		}
+		m.next(c, mark, ctxMark)
 	case flow.Denied, flow.Unavailable:
 		c.Abort()
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
@@ -158,27 +164,26 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 }
 
-// next runs the rest of the chain on a request that goes on, with its Mark
-// recording this middleware (unless seen: it is there already), so that a
-// middleware over the same limiter further down the chain does not charge
-// it again; and, while a net/http handler exists over the limiter, which
-// the chain may call (gin.WrapH), with the mark in the request's context
-// too (flow.Engine.MarkContext), whose Mark was ctxMark.
+// next runs the rest of the chain on a request that goes on and that
+// this middleware's Mark does not record yet, with its Mark recording this
+// middleware, so that a middleware over the same limiter further down the
+// chain does not charge it again; and, while a net/http handler exists
+// over the limiter, which the chain may call (gin.WrapH), with the mark in
+// the request's context too (flow.Engine.MarkContext), whose Mark was
+// ctxMark.
 //
 // A request with no c.Keys yet gets a map from the pool that holds only
 // the Mark, rather than the map c.Set would make (two allocations per
 // request). The chain runs inside c.Next, so once it returns no handler
-// after this one needs the Mark: if the map still holds only that, it
-// goes back to the pool, and c.Keys back to nil, as it was. A map a
-// handler added keys to stays with the request, as c.Set's would.
-func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark, seen bool) {
-	if seen {
-		c.Next()
-		return
-	}
+// after this one needs the Mark: if c.Keys is still that map and it holds
+// only the Mark, it goes back to the pool, and c.Keys back to nil, as it
+// was. A map a handler added keys to stays with the request, as c.Set's
+// would, and so does one that a handler put in c.Keys in its place
+// (engine.HandleContext clears c.Keys, and a second pass may leave its own
+// map there).
+func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark) {
 	c.Request = m.engine.MarkContext(c.Request, ctxMark)
-	switch {
-	case c.Keys != nil:
+	if c.Keys != nil {
 		c.Set(flow.MarkName, m.engine.Mark(prev))
 		c.Next()
 		return
@@ -186,18 +191,30 @@ func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark, seen bool) {
 	keys := m.keys.Get().(map[any]any)
 	c.Keys = keys
 	c.Next()
-	if mk, ok := keys[flow.MarkName]; ok && len(keys) == 1 && sameMap(c.Keys, keys) {
-		c.Keys = nil
-		// A middleware further down, over another limiter, may have
-		// replaced the Mark with one that records both.
-		if self := m.engine.Mark(nil); mk != any(self) {
-			keys[flow.MarkName] = self
-		}
-		m.keys.Put(keys)
+	// The cheap tests first, the lookup, which hashes an interface key,
+	// last. Ranging over the one entry instead would cost more: setting
+	// up a map iterator outweighs the hash.
+	if len(keys) != 1 || !sameMap(c.Keys, keys) {
+		return
 	}
+	mk, ok := keys[flow.MarkName]
+	if !ok {
+		return // a handler deleted the Mark and set another key
+	}
+	c.Keys = nil
+	// A middleware further down, over another limiter, may have replaced
+	// the Mark with one that records both.
+	if self := m.engine.Mark(nil); mk != any(self) {
+		keys[flow.MarkName] = self
+	}
+	m.keys.Put(keys)
 }
 
-// sameMap reports whether a and b are the same map.
+// sameMap reports whether a and b are the same map. A map value is one
+// pointer, to the runtime's map (the pointer reflect.Value.UnsafePointer
+// returns for a map); comparing those directly spares the two reflect
+// calls per request. TestMarkMapReuse fails if it answers wrongly either
+// way.
 func sameMap(a, b map[any]any) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }
