@@ -142,8 +142,14 @@ func (e *Engine) ContextMark(ctx context.Context) *Mark {
 	if e.marks.ctx.Load() == 0 {
 		return nil
 	}
-	return MarkFrom(ctx)
+	return markFrom(ctx)
 }
+
+// markFrom is MarkFrom, not inlined, so that ContextMark's common case,
+// no such handler, is inlined into the middleware.
+//
+//go:noinline
+func markFrom(ctx context.Context) *Mark { return MarkFrom(ctx) }
 
 // MarkContext returns, for a middleware that keeps a request's Mark on the
 // framework's own request, the *http.Request the handlers after e get, for
@@ -154,7 +160,12 @@ func (e *Engine) ContextMark(ctx context.Context) *Mark {
 // records e; otherwise r itself, with no allocation.
 func (e *Engine) MarkContext(r *http.Request, prev *Mark) *http.Request {
 	if e.marks.ctx.Load() == 0 {
-		return r
+		return r // inlined into the middleware, as ContextMark's is
 	}
+	return e.markContext(r, prev)
+}
+
+// markContext is MarkContext's copy of r whose context records e.
+func (e *Engine) markContext(r *http.Request, prev *Mark) *http.Request {
 	return r.WithContext(WithMark(r.Context(), e.Mark(prev)))
 }
