@@ -46,20 +46,31 @@ const (
 type peerNames [peerNameSlots]atomic.Pointer[peerName]
 
 type peerName struct {
-	a   [4]byte
+	u   uint32 // the address, big-endian
 	n   uint8
 	buf [15]byte // "255.255.255.255"
 }
 
-// name returns the text of a, an IPv4 address.
+// name returns the text of a, an IPv4 address. An entry is found and
+// compared by the address as one integer, which unlike the [4]byte of
+// As4 stays in a register.
 func (p *peerNames) name(a netip.Addr) string {
 	b := a.As4()
 	u := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	slot := &p[(u*0x9e3779b1)>>(32-peerNameBits)]
-	if e := slot.Load(); e != nil && e.a == b {
+	if e := slot.Load(); e != nil && e.u == u {
 		return unsafe.String(&e.buf[0], e.n)
 	}
-	e := &peerName{a: b}
+	return newPeerName(slot, u)
+}
+
+// newPeerName formats the address u into a new entry of slot, replacing
+// the one there. It is apart from name, and takes u rather than the
+// netip.Addr, so that a hit keeps nothing for a miss in registers or on
+// the stack.
+func newPeerName(slot *atomic.Pointer[peerName], u uint32) string {
+	e := &peerName{u: u}
+	a := netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)})
 	e.n = uint8(len(a.AppendTo(e.buf[:0])))
 	slot.Store(e)
 	return unsafe.String(&e.buf[0], e.n) // e.buf is not written again
@@ -224,28 +235,38 @@ func ClientIP(opts ...ClientIPOption) (Func, error) {
 }
 
 func (c *ipConfig) key(r Request) (string, error) {
-	if c.v4bits == 0 {
-		if pr, ok := r.(PeerAddrRequest); ok {
-			// The peer as an address, when the framework holds it as one:
-			// an untrusted IPv4 peer is the client, and its key the
-			// address's text, as below.
-			if ap, ok := pr.PeerAddr(); ok {
-				if a := ap.Addr().Unmap(); a.Is4() && !c.trusts(a) {
-					return c.peers.name(a), nil
-				}
+	if c.v4bits != 0 {
+		return c.walkKey(r, r.RemoteAddr())
+	}
+	if pr, ok := r.(PeerAddrRequest); ok {
+		// The peer as an address, when the framework holds it as one:
+		// an untrusted IPv4 peer is the client, and its key the
+		// address's text, as below.
+		if ap, ok := pr.PeerAddr(); ok {
+			if a := ap.Addr().Unmap(); a.Is4() && !c.trusts(a) {
+				return c.peers.name(a), nil
 			}
 		}
 	}
 	peer := r.RemoteAddr()
-	if c.v4bits == 0 {
-		if host, a, ok := parseIPv4Peer(peer); ok && !c.trusts(a) {
-			// The peer is the client, and its text is the address as
-			// netip.Addr.String prints it (dotted decimal, no leading
-			// zeros: nothing else parses), so the key is a slice of it:
-			// digits and dots only, no allocation.
+	if host, a, ok := parseIPv4Peer(peer); ok {
+		// The peer is the client unless trusted, and its text is the
+		// address as netip.Addr.String prints it (dotted decimal, no
+		// leading zeros: nothing else parses), so the key is a slice of
+		// it: digits and dots only, no allocation. Testing for trusted
+		// proxies first spares the common case, none, the registers the
+		// trust loop's calls would make key save.
+		if len(c.trusted) == 0 || !c.trusts(a) {
 			return host, nil
 		}
 	}
+	return c.walkKey(r, peer)
+}
+
+// walkKey is the key when the peer is not an untrusted IPv4 client: the
+// client found by the walk, as text. It is apart from key so that key's
+// common case pays for none of its stack and registers.
+func (c *ipConfig) walkKey(r Request, peer string) (string, error) {
 	a, err := c.client(r, peer)
 	if err != nil {
 		return "", err
@@ -509,35 +530,71 @@ func parseHost(s string, obfPort bool) (netip.Addr, bool) {
 // parseHost then decides. Whatever it accepts, parseHost accepts as the
 // same address, whose String is host.
 func parseIPv4Peer(s string) (host string, a netip.Addr, ok bool) {
-	// Octet by octet: one to three digits, the first not 0 unless alone.
-	var ip [4]byte
-	i := 0
-	for k := range ip {
-		if k > 0 {
-			if i == len(s) || s[i] != '.' {
+	// The index is unsigned so that each i < n test also proves s[i] in
+	// range, with no second bounds check, and digits are read as uint,
+	// whose wraparound below '0' makes "d > 9" refuse every non-digit.
+	n := uint(len(s))
+	i := uint(0)
+	var ip uint32 // the octets read so far, big-endian
+	for k := 0; ; k++ {
+		// One to three digits, the first not 0 unless alone. An octet
+		// has at most three, so they are read unrolled, each test made
+		// once; a digit after the third one is left to the separator
+		// test below, which refuses it.
+		if i >= n {
+			return "", netip.Addr{}, false
+		}
+		v := uint(s[i]) - '0'
+		if v > 9 {
+			return "", netip.Addr{}, false
+		}
+		i++
+		if i < n {
+			if d := uint(s[i]) - '0'; d <= 9 {
+				if v == 0 {
+					return "", netip.Addr{}, false
+				}
+				v = v*10 + d
+				i++
+				if i < n {
+					if d := uint(s[i]) - '0'; d <= 9 {
+						if v = v*10 + d; v > 255 {
+							return "", netip.Addr{}, false
+						}
+						i++
+					}
+				}
+			}
+		}
+		ip = ip<<8 | uint32(v)
+		if k == 3 {
+			break
+		}
+		if i >= n || s[i] != '.' {
+			return "", netip.Addr{}, false
+		}
+		i++
+	}
+	host = s[:i]
+	// What follows is nothing or a decimal port, 0 to 65535, leading
+	// zeros allowed as validPort allows them; read here, it costs no call
+	// and no reslice.
+	if i < n {
+		if s[i] != ':' || i+1 == n {
+			return "", netip.Addr{}, false
+		}
+		p := uint(0)
+		for i++; i < n; i++ {
+			d := uint(s[i]) - '0'
+			if d > 9 {
 				return "", netip.Addr{}, false
 			}
-			i++
+			if p = p*10 + d; p > 65535 {
+				return "", netip.Addr{}, false
+			}
 		}
-		if i == len(s) || s[i]-'0' > 9 {
-			return "", netip.Addr{}, false
-		}
-		n := uint(s[i] - '0')
-		i++
-		for end := min(i+2, len(s)); n != 0 && i < end && s[i]-'0' <= 9; i++ {
-			n = n*10 + uint(s[i]-'0')
-		}
-		if n > 255 {
-			return "", netip.Addr{}, false
-		}
-		ip[k] = byte(n)
 	}
-	// What follows is nothing or a port; a digit here is a fourth digit,
-	// or one after a leading zero.
-	if i < len(s) && (s[i] != ':' || !validPort(s[i+1:], false)) {
-		return "", netip.Addr{}, false
-	}
-	return s[:i], netip.AddrFrom4(ip), true
+	return host, netip.AddrFrom4([4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)}), true
 }
 
 func normalize(a netip.Addr) netip.Addr { return a.WithZone("").Unmap() }

@@ -248,6 +248,79 @@ func TestParseTrusted(t *testing.T) {
 	}
 }
 
+// TestParseIPv4Peer: the IPv4 fast path accepts exactly the canonical
+// IPv4 peers, with or without a decimal port, as net/netip reads them
+// (refIPv4Peer), and leaves everything else to parseHost.
+func TestParseIPv4Peer(t *testing.T) {
+	tests := []struct {
+		name string
+		s    string
+		want string // the host, "" when refused
+	}{
+		{"address and port", "192.0.2.1:1234", "192.0.2.1"},
+		{"address alone", "192.0.2.1", "192.0.2.1"},
+		{"zeros", "0.0.0.0:0", "0.0.0.0"},
+		{"largest", "255.255.255.255:65535", "255.255.255.255"},
+		{"port with leading zeros", "1.2.3.4:0080", "1.2.3.4"},
+		{"very long port", "1.2.3.4:000000000080", "1.2.3.4"},
+		{"port of zeros", "1.2.3.4:00000000000000000000000", "1.2.3.4"},
+		{"two-digit octets", "10.20.30.40:1", "10.20.30.40"},
+		{"three-digit octets", "100.200.250.199", "100.200.250.199"},
+
+		{"empty", "", ""},
+		{"colon", ":", ""},
+		{"port alone", ":80", ""},
+		{"port too large alone", ":65536", ""},
+		{"port zero alone", ":0", ""},
+		{"leading zero", "01.2.3.4", ""},
+		{"leading zero, last octet", "1.2.3.04:1", ""},
+		{"octet of two zeros", "1.2.3.00", ""},
+		{"octet 256", "1.2.3.256", ""},
+		{"octet 999", "999.2.3.4", ""},
+		{"four digits", "1.2.3.1000", ""},
+		{"three octets", "1.2.3", ""},
+		{"three octets and port", "1.2.3:80", ""},
+		{"trailing dot", "1.2.3.4.", ""},
+		{"five octets", "1.2.3.4.5", ""},
+		{"empty octet", "1..2.3", ""},
+		{"leading dot", ".1.2.3.4", ""},
+		{"empty port", "1.2.3.4:", ""},
+		{"port 65536", "1.2.3.4:65536", ""},
+		{"port overflowing 64 bits", "1.2.3.4:18446744073709551616", ""},
+		{"signed port", "1.2.3.4:+1", ""},
+		{"negative port", "1.2.3.4:-1", ""},
+		{"letter in port", "1.2.3.4:8x", ""},
+		{"two ports", "1.2.3.4:1:2", ""},
+		{"space before", " 1.2.3.4", ""},
+		{"space after", "1.2.3.4 ", ""},
+		{"zone", "1.2.3.4%eth0:1", ""},
+		{"bracketed IPv4", "[1.2.3.4]:80", ""},
+		{"IPv6", "[2001:db8::1]:443", ""},
+		{"IPv6 alone", "2001:db8::1", ""},
+		{"IPv6 with zone", "[fe80::1%eth0]:443", ""},
+		{"IPv4-mapped", "[::ffff:1.2.3.4]:1", ""},
+		{"IPv4-mapped alone", "::ffff:1.2.3.4", ""},
+		{"obfuscated port", "1.2.3.4:_p1", ""},
+		{"non-ASCII digit", "1.2.3.\u0664", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			host, a, ok := parseIPv4Peer(tt.s)
+			if host != tt.want || ok != (tt.want != "") {
+				t.Fatalf("parseIPv4Peer(%q) = %q, %v, %v; want %q", tt.s, host, a, ok, tt.want)
+			}
+			if rh, ra, rok := refIPv4Peer(tt.s); host != rh || a != ra || ok != rok {
+				t.Fatalf("parseIPv4Peer(%q) = %q, %v, %v; net/netip reads %q, %v, %v", tt.s, host, a, ok, rh, ra, rok)
+			}
+			if ok {
+				if full, fullOK := parseHost(tt.s, false); !fullOK || full != a || a.String() != host {
+					t.Fatalf("parseIPv4Peer(%q) = %v; parseHost = %v, %v", tt.s, a, full, fullOK)
+				}
+			}
+		})
+	}
+}
+
 // TestClientIPPeerAllocs: an untrusted IPv4 peer's key is a slice of the
 // peer address, with no allocation; an IPv6 peer, or one keyed by its /24,
 // costs one allocation, the key.

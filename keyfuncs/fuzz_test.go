@@ -109,6 +109,30 @@ func refHost(s string, obf bool) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// refIPv4Peer is what parseIPv4Peer must accept, said with net/netip: an
+// IPv4 address in its canonical text (netip rejects leading zeros, and
+// String prints no zone), alone or with a port netip.ParseAddrPort reads
+// (decimal, 0 to 65535, leading zeros allowed).
+func refIPv4Peer(s string) (host string, a netip.Addr, ok bool) {
+	host = s
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return "", netip.Addr{}, false
+		}
+		host, a = s[:i], ap.Addr()
+	} else {
+		var err error
+		if a, err = netip.ParseAddr(s); err != nil {
+			return "", netip.Addr{}, false
+		}
+	}
+	if !a.Is4() || a.String() != host {
+		return "", netip.Addr{}, false
+	}
+	return host, a, true
+}
+
 // refXFF returns the hops of X-Forwarded-For lines, right to left.
 func refXFF(lines []string) []refHop {
 	var hops []refHop
@@ -465,18 +489,24 @@ func FuzzCompose(f *testing.F) {
 	})
 }
 
-// FuzzIPv4Peer checks the IPv4 fast path against parseHost, the full
-// parser: whatever it accepts, parseHost accepts as the same address, whose
+// FuzzIPv4Peer checks the IPv4 fast path against refIPv4Peer, which it
+// must agree with exactly, and against parseHost, the full parser:
+// whatever it accepts, parseHost accepts as the same address, whose
 // canonical text is exactly the prefix it returns; and every canonical
 // IPv4 peer, with or without a port, takes it.
 func FuzzIPv4Peer(f *testing.F) {
 	for _, s := range []string{"192.0.2.1:1234", "192.0.2.1", "0.0.0.0:0", "255.255.255.255:65535",
 		"01.2.3.4", "1.2.3.256", "1.2.3.4:", "1.2.3.4:65536", "1.2.3.4:x", "1.2.3.4:1:2", "1.2.3.4.5",
-		"[::ffff:1.2.3.4]:1", "::ffff:1.2.3.4", "1.2.3.4%z:1", "1.2.3.4:0080", " 1.2.3.4", "1.2.3.4 "} {
+		"[::ffff:1.2.3.4]:1", "::ffff:1.2.3.4", "1.2.3.4%z:1", "1.2.3.4:0080", " 1.2.3.4", "1.2.3.4 ",
+		"1.2.3", "1.2.3.4.", ":", ":65536", ":0", "1.2.3.4:000000000080", "1.2.3.1000", "1.2.3.00",
+		"1.2.3.4:99999", "1.2.3.4:-1", "1.2.3.4:+1", "[1.2.3.4]:80", "1.2.3.4:18446744073709551616"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		host, a, ok := parseIPv4Peer(s)
+		if rh, ra, rok := refIPv4Peer(s); host != rh || a != ra || ok != rok {
+			t.Fatalf("parseIPv4Peer(%q) = %q, %v, %v; net/netip reads %q, %v, %v", s, host, a, ok, rh, ra, rok)
+		}
 		full, fullOK := parseHost(s, false)
 		if ok {
 			if !fullOK || full != a || !a.Is4() || a.String() != host || !strings.HasPrefix(s, host) {
