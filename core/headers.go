@@ -761,28 +761,68 @@ func (f *HeaderFormat) xRateLimit(v *HeaderValues, d *Decision, now time.Time, l
 // valuesOne is values for the commonest decision, allowed on a single
 // tier of its rule's own limit, not in shadow mode, whose constant values
 // f keeps already: the same fields, without making the tier's TierState
-// and looking the deciding tier and the constant values up in general. It
-// reports false, having written nothing, for any other decision, which
-// values formats. TestValuesOneSameAsValues compares the two.
+// and looking the deciding tier and the constant values up in general,
+// formatted in place (they fit in v's buffer). It reports false, having
+// written nothing, for any other decision, which values formats.
+// TestValuesOneSameAsValues compares the two.
 func (f *HeaderFormat) valuesOne(d *Decision, v *HeaderValues) bool {
 	text := f.one(d)
-	if text == nil {
+	limit, rl := f.on[FieldLimit], f.on[FieldRateLimit]
+	if text == nil || (limit && d.Limit != d.tiers[0].rule.Limit.burst) || len(text.item[0]) > maxOneItem {
 		return false
 	}
-	t := &d.tiers[0]
-	var remaining []byte // as in values
-	if f.on[FieldLimit] {
-		remaining = f.xRateLimit(v, d, d.At, &text.limit[0], t.rule.Limit.burst, t.remaining)
+	b, rem, reset := f.appendOne(v.buf[:0], d, text, limit, rl)
+	n, consts := 0, 0
+	if limit {
+		v.field[0], v.cst[0], v.start[0], v.end[0] = FieldLimit, &text.limit[0], 0, 0
+		v.field[1], v.cst[1], v.start[1], v.end[1] = FieldRemaining, nil, 0, uint16(rem)
+		v.field[2], v.cst[2], v.start[2], v.end[2] = FieldReset, nil, uint16(rem), uint16(reset)
+		n, consts = 3, 1
 	}
 	if f.on[FieldPolicy] {
-		v.constant(FieldPolicy, &text.policy)
+		v.field[n], v.cst[n], v.start[n], v.end[n] = FieldPolicy, &text.policy, uint16(reset), uint16(reset)
+		n, consts = n+1, consts+1
 	}
-	if f.on[FieldRateLimit] {
-		// appendServiceItem's item for an allowed tier and no Retry-After.
-		b := append(v.spare(), text.item[0]...)
-		v.commit(FieldRateLimit, appendItemRest(b, remaining, t.remaining, ceilSeconds(time.Duration(t.resetAfter))))
+	if rl {
+		v.field[n], v.cst[n], v.start[n], v.end[n] = FieldRateLimit, nil, uint16(reset), uint16(len(b))
+		n++
 	}
+	v.n, v.used, v.consts = n, len(b), consts
 	return true
+}
+
+// maxOneItem bounds the start of the RateLimit item (the rule's name,
+// quoted, and ";r=") that valuesOne formats in place: with the three
+// integers around it (at most 20 bytes each) and ";t=", every value fits
+// in a HeaderValues' buffer.
+const maxOneItem = headerValuesBuf - 4*20 - len(";t=")
+
+// appendOne appends to b, for valuesOne and setOne, the values of d's one
+// tier that change from one response to the next, in values' order:
+// X-RateLimit-Remaining and -Reset (with limit) and the RateLimit item
+// (with rl); it returns b and where the first two end in it.
+func (f *HeaderFormat) appendOne(b []byte, d *Decision, text *ruleText, limit, rl bool) (_ []byte, rem, reset int) {
+	t := &d.tiers[0]
+	var remaining []byte // as in values
+	if limit {
+		b = appendDecimal(b, d.Remaining)
+		rem = len(b)
+		if d.Remaining == sfInt(d.Remaining) && d.Remaining == t.remaining {
+			remaining = b[:rem:rem]
+		}
+		if f.reset == ResetDelta {
+			b = appendDecimal(b, ceilSeconds(d.ResetAfter))
+		} else {
+			b = appendDecimal(b, ceilUnixAfter(d.At, d.ResetAfter))
+		}
+	}
+	reset = len(b)
+	if rl {
+		// appendServiceItem's item for an allowed tier and no Retry-After.
+		b = append(b, text.item[0]...)
+		b = appendItemRest(b, remaining, t.remaining, ceilSeconds(time.Duration(t.resetAfter)))
+	}
+	return b, rem, reset
 }
 
 // one returns the constant values of d's rule when d is the decision
@@ -827,12 +867,8 @@ func (f *HeaderFormat) SetHeader(h map[string][]string, names *[NumHeaderFields]
 // with HeaderValues.SetHeader.
 func (f *HeaderFormat) setOne(h map[string][]string, names *[NumHeaderFields]string, d *Decision) bool {
 	text := f.one(d)
-	if text == nil {
-		return false
-	}
-	t := &d.tiers[0]
 	limit, rl := f.on[FieldLimit], f.on[FieldRateLimit]
-	if limit && d.Limit != t.rule.Limit.burst {
+	if text == nil || (limit && d.Limit != d.tiers[0].rule.Limit.burst) {
 		return false // X-RateLimit-Limit is not the rule's constant
 	}
 	if f.on[FieldPolicy] {
@@ -841,33 +877,13 @@ func (f *HeaderFormat) setOne(h map[string][]string, names *[NumHeaderFields]str
 	if !limit && !rl {
 		return true
 	}
-	// Remaining, Reset and the RateLimit item, in blk.b while they fit
-	// (append moves them to the heap otherwise, which is as good: nothing
-	// writes to them once made strings).
+	// In blk.b while they fit (append moves them to the heap otherwise,
+	// which is as good: nothing writes to them once made strings).
 	blk := new(headerBlock)
-	b := blk.b[:0]
-	var remaining []byte // as in values
-	var rem, reset int   // where X-RateLimit-Remaining and -Reset end in b
-	if limit {
-		h[names[FieldLimit]] = text.limit[0].ss
-		b = appendDecimal(b, d.Remaining)
-		rem = len(b)
-		if d.Remaining == sfInt(d.Remaining) && d.Remaining == t.remaining {
-			remaining = b[:rem:rem]
-		}
-		if f.reset == ResetDelta {
-			b = appendDecimal(b, ceilSeconds(d.ResetAfter))
-		} else {
-			b = appendDecimal(b, ceilUnixAfter(d.At, d.ResetAfter))
-		}
-		reset = len(b)
-	}
-	if rl {
-		b = append(b, text.item[0]...)
-		b = appendItemRest(b, remaining, t.remaining, ceilSeconds(time.Duration(t.resetAfter)))
-	}
+	b, rem, reset := f.appendOne(blk.b[:0], d, text, limit, rl)
 	all := unsafe.String(unsafe.SliceData(b), len(b)) // b is not written again
 	if limit {
+		h[names[FieldLimit]] = text.limit[0].ss
 		blk.ss[0], blk.ss[1] = all[:rem], all[rem:reset]
 		h[names[FieldRemaining]] = blk.ss[0:1:1]
 		h[names[FieldReset]] = blk.ss[1:2:2]

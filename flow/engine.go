@@ -412,10 +412,10 @@ func (e *Engine) check(r keyfuncs.Request, res *Result) {
 			continue
 		}
 		v, err := fn(r)
-		if errors.Is(err, keyfuncs.ErrNotApplicable) {
-			continue
-		}
 		if err != nil {
+			if errors.Is(err, keyfuncs.ErrNotApplicable) {
+				continue
+			}
 			*res = failed(r.Context(), funcError{fmt.Errorf("ratelimit: %s key: %w", k.scope, err)})
 			return
 		}
