@@ -794,7 +794,9 @@ func (f *HeaderFormat) valuesOne(d *Decision, v *HeaderValues) bool {
 // maxOneItem bounds the start of the RateLimit item (the rule's name,
 // quoted, and ";r=") that valuesOne formats in place: with the three
 // integers around it (at most 20 bytes each) and ";t=", every value fits
-// in a HeaderValues' buffer.
+// in a HeaderValues' buffer. A rule's name has at most 64 characters, so
+// every item's start is within it; valuesOne checks it all the same,
+// leaving a longer one to values.
 const maxOneItem = headerValuesBuf - 4*20 - len(";t=")
 
 // appendOne appends to b, for valuesOne and setOne, the values of d's one
