@@ -635,16 +635,22 @@ func ended(ctx context.Context) bool {
 // WithHeadersOnAllow(false). Nothing for the other outcomes, or for a
 // request no rule applied to.
 func (e *Engine) Headers(res *Result, set func(name, value string)) {
+	if e.sendsHeaders(res) {
+		e.format.Headers(&res.Decision, set)
+	}
+}
+
+// sendsHeaders reports whether res's outcome sends the rate-limit header
+// fields: Denied and Unavailable do, Proceed unless
+// WithHeadersOnAllow(false), the others never.
+func (e *Engine) sendsHeaders(res *Result) bool {
 	switch res.Outcome {
 	case Proceed:
-		if !e.onAllow {
-			return
-		}
+		return e.onAllow
 	case Denied, Unavailable:
-	default:
-		return
+		return true
 	}
-	e.format.Headers(&res.Decision, set)
+	return false
 }
 
 // HeaderValues formats res's rate-limit header fields into v, as Headers
@@ -652,14 +658,7 @@ func (e *Engine) Headers(res *Result, set func(name, value string)) {
 // (fasthttp): no allocation. v is left empty when res has no fields to
 // send.
 func (e *Engine) HeaderValues(res *Result, v *core.HeaderValues) {
-	switch res.Outcome {
-	case Proceed:
-		if !e.onAllow {
-			v.Format(nil, nil)
-			return
-		}
-	case Denied, Unavailable:
-	default:
+	if !e.sendsHeaders(res) {
 		v.Format(nil, nil)
 		return
 	}
@@ -672,16 +671,9 @@ func (e *Engine) HeaderValues(res *Result, v *core.HeaderValues) {
 // response (see core.HeaderFormat.SetHeader: the constant values are
 // slices shared by every response; the others share one allocation).
 func (e *Engine) SetHTTPHeaders(h http.Header, res *Result) {
-	switch res.Outcome { // as HeaderValues
-	case Proceed:
-		if !e.onAllow {
-			return
-		}
-	case Denied, Unavailable:
-	default:
-		return
+	if e.sendsHeaders(res) {
+		e.format.SetHeader(h, &e.httpNames, &res.Decision)
 	}
-	e.format.SetHeader(h, &e.httpNames, &res.Decision)
 }
 
 // ContentTypeProblem is the media type of the bodies WriteProblem writes
