@@ -1,6 +1,8 @@
 package core
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -50,6 +52,30 @@ func TestAppendDecimal(t *testing.T) {
 		// Every bit length equally often.
 		check(r.Int64() >> r.IntN(64))
 	}
+}
+
+// TestEightDigits checks eightDigits against strconv: every value of each
+// four-digit half with the other half fixed (its lanes never carry into
+// each other), and random values.
+func TestEightDigits(t *testing.T) {
+	check := func(x uint32) {
+		t.Helper()
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], eightDigits(x))
+		if want := fmt.Sprintf("%08d", x); string(b[:]) != want {
+			t.Fatalf("eightDigits(%d) = %q, want %q", x, b[:], want)
+		}
+	}
+	for v := range uint32(10_000) {
+		check(v*10_000 + 1234)
+		check(5678*10_000 + v)
+		check(v * 10_001)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 100_000 {
+		check(r.Uint32N(100_000_000))
+	}
+	check(99_999_999)
 }
 
 // TestAppendDecimalInPlace checks that a value with room is written in
