@@ -865,8 +865,8 @@ func (f *HeaderFormat) SetHeader(h map[string][]string, names *[NumHeaderFields]
 // setOne is SetHeader for the decisions valuesOne covers: it formats the
 // values that change straight into the allocation the header map keeps,
 // in the order values formats them. It reports false, having stored
-// nothing, for any other decision. TestSetHeaderSameAsValues compares it
-// with HeaderValues.SetHeader.
+// nothing, for any other decision. TestValuesOneSameAsValues compares
+// what it stores with what HeaderValues.SetHeader does.
 func (f *HeaderFormat) setOne(h map[string][]string, names *[NumHeaderFields]string, d *Decision) bool {
 	text := f.one(d)
 	limit, rl := f.on[FieldLimit], f.on[FieldRateLimit]
