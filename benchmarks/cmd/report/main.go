@@ -212,6 +212,7 @@ func writeReport(o options, res *results, verdicts []verdict) error {
 		if g.name == "Middleware" {
 			p("Added cost: each implementation's ns/op less that of `bare`, the same route with no limiter, in the same run.\n\n")
 			writeAddedCost(&b, g)
+			writeRoundRatios(&b, g)
 			p("\n")
 		}
 		if g.name == "Memory" {

@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
+	"strings"
 )
 
 // The middleware comparisons (BenchmarkMiddleware/<Framework>/<mode>/impl=)
@@ -103,3 +106,97 @@ func writeAddedCost(w io.Writer, g *group) {
 		})
 	}
 }
+
+// roundRatios returns, for each run, what o added to bare in that run over
+// what p added in it (NaN where p added nothing), and their median over the
+// runs where it is known; ok is false unless all three ran as often. The
+// benchmarks run in rounds, each running every implementation one after
+// another, so a run of o, p and bare with the same index share a round and
+// the machine's state of that moment.
+func roundRatios(o, p, bare *entry) (ratios []float64, median float64, ok bool) {
+	if o == nil || p == nil || bare == nil {
+		return nil, 0, false
+	}
+	ro, rp, rb := o.runs[unitNs], p.runs[unitNs], bare.runs[unitNs]
+	if len(ro) == 0 || len(ro) != len(rp) || len(ro) != len(rb) {
+		return nil, 0, false
+	}
+	var known []float64
+	for i := range ro {
+		r := math.NaN()
+		if their := rp[i] - rb[i]; their > 0 {
+			r = (ro[i] - rb[i]) / their
+			known = append(known, r)
+		}
+		ratios = append(ratios, r)
+	}
+	if len(known) == 0 {
+		return ratios, 0, false
+	}
+	slices.Sort(known)
+	n := len(known)
+	median = known[n/2]
+	if n%2 == 0 {
+		median = (known[n/2-1] + known[n/2]) / 2
+	}
+	return ratios, median, true
+}
+
+// writeRoundRatios writes, after a blank line and roundsNote, for every
+// scenario of g that has a bare implementation, our cheapest middleware's
+// added ns/op over the cheapest peer's round by round, and the median of
+// those ratios: what the ratio of the medians in writeAddedCost (which the
+// targets use) hides of how the rounds spread. It writes nothing without
+// such a scenario.
+func writeRoundRatios(w io.Writer, g *group) {
+	rounds := 0
+	type row struct {
+		name   string
+		o, p   *entry
+		ratios []float64
+		median float64
+	}
+	var rows []row
+	for _, s := range g.scenarios {
+		bare := s.entry(implBare)
+		if bare == nil {
+			continue
+		}
+		o, p := leastAdded(s, kindOurs, bare), leastAdded(s, kindPeer, bare)
+		ratios, median, ok := roundRatios(o, p, bare)
+		if !ok {
+			continue
+		}
+		rounds = max(rounds, len(ratios))
+		rows = append(rows, row{shortName(s.name), o, p, ratios, median})
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s\n\n", roundsNote)
+	head := []string{"scenario", "ours", "peer"}
+	for i := range rounds {
+		head = append(head, fmt.Sprintf("round %d", i+1))
+	}
+	head = append(head, "median of the rounds")
+	writeRow(w, head)
+	writeRule(w, len(head))
+	for _, r := range rows {
+		cells := []string{r.name, implCell(r.o), implCell(r.p)}
+		for i := range rounds {
+			c := "–"
+			if i < len(r.ratios) && !math.IsNaN(r.ratios[i]) {
+				c = fmt.Sprintf("%.2f", r.ratios[i])
+			}
+			cells = append(cells, c)
+		}
+		cells = append(cells, fmt.Sprintf("**%.2fx**", r.median))
+		writeRow(w, cells)
+	}
+}
+
+// roundsNote introduces writeRoundRatios' table.
+var roundsNote = strings.Join([]string{
+	"Round by round: each round runs every implementation one after the other, so the runs of one round share the machine's state of that moment.",
+	"Our added ns/op over the peer's in each round, and the median of those ratios; the targets above use the ratio of the medians instead.",
+}, " ")

@@ -80,3 +80,52 @@ func TestWriteAddedCost(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteRoundRatios(t *testing.T) {
+	// Three rounds of gin at one goroutine: ours adds 300, 200 and 600,
+	// ulule 1000, 1000 and 1500 (ratios 0.30, 0.20 and 0.40, median 0.30,
+	// where the ratio of the medians is 300/1000); a fourth scenario whose
+	// peer adds nothing in one round leaves that round out of its median.
+	const fixture = `BenchmarkMiddleware/Gin/serial/impl=bare-2        	 1000	  100 ns/op
+BenchmarkMiddleware/Gin/serial/impl=ours_gin-2    	 1000	  400 ns/op
+BenchmarkMiddleware/Gin/serial/impl=ulule_gin-2   	 1000	 1100 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=bare-2          	 1000	  100 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=ours_fiber-2    	 1000	  300 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=fiber_limiter-2 	 1000	  100 ns/op
+BenchmarkMiddleware/Gin/serial/impl=bare-2        	 1000	  100 ns/op
+BenchmarkMiddleware/Gin/serial/impl=ours_gin-2    	 1000	  300 ns/op
+BenchmarkMiddleware/Gin/serial/impl=ulule_gin-2   	 1000	 1100 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=bare-2          	 1000	  100 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=ours_fiber-2    	 1000	  300 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=fiber_limiter-2 	 1000	  500 ns/op
+BenchmarkMiddleware/Gin/serial/impl=bare-2        	 1000	  200 ns/op
+BenchmarkMiddleware/Gin/serial/impl=ours_gin-2    	 1000	  800 ns/op
+BenchmarkMiddleware/Gin/serial/impl=ulule_gin-2   	 1000	 1700 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=bare-2          	 1000	  100 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=ours_fiber-2    	 1000	  300 ns/op
+BenchmarkMiddleware/Fiber/serial/impl=fiber_limiter-2 	 1000	  300 ns/op
+`
+	res := read(t, fixture)
+	var b bytes.Buffer
+	writeRoundRatios(&b, res.group("Middleware"))
+	out := b.String()
+	for _, want := range []string{
+		roundsNote,
+		"| scenario | ours | peer | round 1 | round 2 | round 3 | median of the rounds |",
+		"| Gin/serial | `ours_gin` | `ulule_gin` | 0.30 | 0.20 | 0.40 | **0.30x** |",
+		"| Fiber/serial | `ours_fiber` | `fiber_limiter` | – | 0.50 | 1.00 | **0.75x** |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("round-by-round table lacks\n%s\nin\n%s", want, out)
+		}
+	}
+
+	// Runs of unequal number pair no round: no table, no note. Here the
+	// bare route ran twice, ours and ulule's once.
+	lines := strings.Split(fixture, "\n")
+	b.Reset()
+	writeRoundRatios(&b, read(t, strings.Join([]string{lines[0], lines[1], lines[2], lines[6]}, "\n")+"\n").group("Middleware"))
+	if b.Len() != 0 {
+		t.Errorf("with runs that pair no round: %q, want nothing", b.String())
+	}
+}

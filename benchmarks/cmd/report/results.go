@@ -70,6 +70,7 @@ func kindOf(impl string) kind {
 type entry struct {
 	impl    string
 	metrics map[string]stat
+	runs    map[string][]float64 // each metric's values, one per run, in the order they ran
 }
 
 // value returns the median of unit and whether it was measured.
@@ -228,7 +229,7 @@ func readResults(files map[string]io.Reader, order []string) (*results, []string
 						s = &scenario{name: sc}
 						grp.scenarios = append(grp.scenarios, s)
 					}
-					s.entries = append(s.entries, &entry{impl: impl, metrics: map[string]stat{}})
+					s.entries = append(s.entries, &entry{impl: impl, metrics: map[string]stat{}, runs: map[string][]float64{}})
 				}
 				for _, v := range rec.Values {
 					unit, val := v.Unit, v.Value
@@ -247,6 +248,7 @@ func readResults(files map[string]io.Reader, order []string) (*results, []string
 		e := res.scenario(k.scenario).entry(k.impl)
 		for unit, vals := range samples[k] {
 			e.metrics[unit] = summarize(vals)
+			e.runs[unit] = vals
 		}
 	}
 	return res, warnings, nil
