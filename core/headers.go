@@ -1262,9 +1262,9 @@ func ceilSeconds(d time.Duration) int64 {
 // section 10.2.3 allows only whole delay-seconds).
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
 
-// ceilUnixAfter returns ceilUnix(now.Add(d)), adding d to now's Unix
-// seconds and nanoseconds rather than through Time.Add, which also keeps
-// the monotonic reading.
+// ceilUnixAfter returns now.Add(d) as Unix seconds rounded up, adding d to
+// now's Unix seconds and nanoseconds rather than through Time.Add, which
+// also keeps the monotonic reading.
 func ceilUnixAfter(now time.Time, d time.Duration) int64 {
 	s := now.Unix() + int64(d/time.Second)
 	ns := int64(now.Nanosecond()) + int64(d%time.Second) // -1e9 < ns < 2e9
@@ -1280,11 +1280,3 @@ func ceilUnixAfter(now time.Time, d time.Duration) int64 {
 	return s
 }
 
-// ceilUnix returns t as Unix seconds rounded up.
-func ceilUnix(t time.Time) int64 {
-	s := t.Unix()
-	if t.Nanosecond() != 0 {
-		s++
-	}
-	return s
-}

@@ -135,6 +135,16 @@ func dumpValues(v *HeaderValues) string {
 	return b.String()
 }
 
+// ceilUnix returns t as Unix seconds rounded up: what ceilUnixAfter
+// computes, said through time.Time.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() != 0 {
+		s++
+	}
+	return s
+}
+
 // TestCeilUnixAfter compares ceilUnixAfter with ceilUnix(now.Add(d)) on
 // random times (before and after 1970, with and without a monotonic
 // reading) and durations of either sign.
