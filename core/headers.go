@@ -1279,4 +1279,3 @@ func ceilUnixAfter(now time.Time, d time.Duration) int64 {
 	}
 	return s
 }
-
