@@ -79,6 +79,21 @@ func TestHeaderNames(t *testing.T) {
 	}
 }
 
+// endpointAndIP returns a middleware over a per-endpoint tier of burst
+// tokens and a per-IP tier of 100, each refilling one token a minute.
+func endpointAndIP(t *testing.T, burst int64) *nethttp.Middleware {
+	t.Helper()
+	l := flowtest.Limiter(t,
+		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), burst)},
+		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 100)},
+	)
+	m, err := nethttp.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestRouteResolution: around the whole mux, the middleware asks the mux
 // for the route before it dispatches, so the endpoint tier applies as it
 // does around the route's handler; around a handler that is not a mux the
@@ -86,14 +101,7 @@ func TestHeaderNames(t *testing.T) {
 // (500) instead of skipping that tier; a request no route matches gets the
 // mux's 404 with the tiers that need no route.
 func TestRouteResolution(t *testing.T) {
-	l := flowtest.Limiter(t,
-		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 1)},
-		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 100)},
-	)
-	m, err := nethttp.New(l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := endpointAndIP(t, 1)
 	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	inside := http.NewServeMux()
 	inside.Handle("GET /items/{id}", m.Handler(ok))
@@ -131,14 +139,7 @@ func TestRouteResolution(t *testing.T) {
 // makes no bucket per path. A route whose own handler redirects is a
 // route.
 func TestRouteOfRedirects(t *testing.T) {
-	l := flowtest.Limiter(t,
-		core.Rule{Name: "per-endpoint", Scope: core.ScopeEndpoint, Limit: core.TokenBucket(core.PerMinute(1), 100)},
-		core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 100)},
-	)
-	m, err := nethttp.New(l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := endpointAndIP(t, 100)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/items/{id}/", func(http.ResponseWriter, *http.Request) {})
 	mux.Handle("/old", http.RedirectHandler("/new", http.StatusMovedPermanently))
