@@ -187,7 +187,7 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 	// Members whose caller gave up are not sent; those whose own timeout
 	// ran out while queued are answered with a timeout.
 	now := time.Now()
-	live := make([]*pending, 0, len(batch))
+	live := batch[:0] // batch is this call's alone: filtered in place
 	var deadline time.Time
 	for _, p := range batch {
 		switch {
@@ -272,7 +272,8 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 // holds b.mu.
 func (b *Batcher) take() []*pending {
 	first := b.queue[0]
-	next := []*pending{first}
+	next := make([]*pending, 1, min(len(b.queue), b.max))
+	next[0] = first
 	rest := b.queue[:0]
 	for _, q := range b.queue[1:] {
 		if len(next) < b.max && q.now == first.now {

@@ -382,7 +382,12 @@ func (s *Store) recordSlots(groups []*group, t *core.Take, err error) {
 		}
 		return
 	}
-	var seen []sighting
+	// On the stack for the tiers of a common policy, as record's.
+	var (
+		seenArr   [4]sighting
+		statesArr [4]core.BucketState
+	)
+	seen, states := seenArr[:0], statesArr[:0]
 	for _, g := range groups {
 		for k := range g.idx {
 			if isBucket(g.call.Buckets[k].Limit) {
@@ -390,15 +395,7 @@ func (s *Store) recordSlots(groups []*group, t *core.Take, err error) {
 				seen = append(seen, sighting{key: g.call.Keys[k], o: o, lowered: g.refunded})
 			}
 		}
+		states = append(states, g.call.States...)
 	}
-	s.local.recordAll(seen, t.Cost, groupStates(groups))
-}
-
-// groupStates returns the states of every group, in order.
-func groupStates(groups []*group) []core.BucketState {
-	var all []core.BucketState
-	for _, g := range groups {
-		all = append(all, g.call.States...)
-	}
-	return all
+	s.local.recordAll(seen, t.Cost, states)
 }
