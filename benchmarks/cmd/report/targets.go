@@ -143,10 +143,10 @@ var targets = []target{
 	},
 	{
 		name: "redis-allocs",
-		text: "Redis at 64 goroutines, allocations per decision (allocs/op) on a hot key, at 10k keys and at 3 tiers: at most 3 with rueidis, 6 with go-redis.",
+		text: "Redis at 64 goroutines, allocations per decision (allocs/op) on a hot key, at 10k keys and at 3 tiers, on one server and on a Cluster with the tiers in different hash slots: at most 3 with rueidis, 6 with go-redis.",
 		check: func(r *results) []verdict {
 			var out []verdict
-			for _, sc := range []string{"Redis/HotKeyAllow/g=64", "Redis/Keys10k/g=64", "Redis/ThreeTier/g=64"} {
+			for _, sc := range []string{"Redis/HotKeyAllow/g=64", "Redis/Keys10k/g=64", "Redis/ThreeTier/g=64", "Redis/ThreeTierCluster/g=64"} {
 				out = append(out, boundVerdicts(r, "redis-allocs", sc, unitAllocs, "allocs", redisAllocBound)...)
 			}
 			return out
