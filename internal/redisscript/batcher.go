@@ -272,7 +272,7 @@ func (b *Batcher) run(batch []*pending, lead bool) {
 // holds b.mu.
 func (b *Batcher) take() []*pending {
 	first := b.queue[0]
-	next := make([]*pending, 1, min(len(b.queue), b.max))
+	next := make([]*pending, 1, max(1, min(len(b.queue), b.max)))
 	next[0] = first
 	rest := b.queue[:0]
 	for _, q := range b.queue[1:] {
