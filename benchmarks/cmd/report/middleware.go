@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strings"
 )
 
@@ -133,13 +132,7 @@ func roundRatios(o, p, bare *entry) (ratios []float64, median float64, ok bool) 
 	if len(known) == 0 {
 		return ratios, 0, false
 	}
-	slices.Sort(known)
-	n := len(known)
-	median = known[n/2]
-	if n%2 == 0 {
-		median = (known[n/2-1] + known[n/2]) / 2
-	}
-	return ratios, median, true
+	return ratios, summarize(known).center, true
 }
 
 // writeRoundRatios writes, after a blank line and roundsNote, for every
