@@ -563,6 +563,53 @@ func TestBatcherErrorsReachEveryone(t *testing.T) {
 	}
 }
 
+// TestBatcherAnsweredRejoin: the callers a call answers queue their next
+// requests before the next call leaves, and go in it with those that
+// queued during the call, rather than in a call of their own after it. The
+// yield is synctest.Wait here: it runs the callers answered until they
+// block again, which runtime.Gosched gives them the chance to do.
+func TestBatcherAnsweredRejoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules := testLimits(t)
+		gate := make(chan struct{}) // one receive per call
+		f := &fakeScript{t: t, block: gate}
+		b := NewBatcher(f.send, 128, 0, 0)
+		b.yield = synctest.Wait
+		do := func(key string) {
+			if _, err := b.Do(context.Background(), ServerClock, call(rules, key)); err != nil {
+				t.Error(err)
+			}
+		}
+		// settle waits, as synctest.Wait does, for every other goroutine
+		// to block, without calling Wait while a call's goroutine may
+		// (the bubble's clock moves only then).
+		settle := func() { time.Sleep(time.Millisecond) }
+		var wg sync.WaitGroup
+		wg.Go(func() { do("l") })
+		settle() // call 1, {l}, in flight
+		for _, k := range []string{"a", "b"} {
+			wg.Go(func() { do(k + "1"); do(k + "2") })
+		}
+		settle()
+		gate <- struct{}{} // call 1 answered; call 2, {a1, b1}, in flight
+		settle()
+		wg.Go(func() { do("c") })
+		settle() // c queued
+		// Call 2 answered: the member that did not send it (the sender
+		// reads its answer once the call is handed on) queues its second
+		// request, which goes with c.
+		gate <- struct{}{}
+		settle()
+		gate <- struct{}{} // call 3 answered; the sender's second request goes alone
+		settle()
+		close(gate)
+		wg.Wait()
+		if !slices.Equal(f.batches, []int{1, 2, 2, 1}) {
+			t.Errorf("calls of %v requests, want [1 2 2 1]", f.batches)
+		}
+	})
+}
+
 // TestBatcherStartUndo: Start claims an idle batcher for the caller to send
 // by itself; requests queued meanwhile, one of them asking for undo values,
 // go out together in one ModeTakeUndo call once it releases the batcher,
@@ -600,7 +647,9 @@ func TestBatcherStartUndo(t *testing.T) {
 		if !slices.Equal(f.batches, []int{2}) || !slices.Equal(f.modes, []string{ModeTakeUndo}) {
 			t.Fatalf("batches %v in modes %v; want one call of 2 in mode %q", f.batches, f.modes, ModeTakeUndo)
 		}
-		// Released with nothing queued: idle again.
+		// Released with nothing queued once the call's goroutine is done
+		// (it lets the members answered queue again first): idle again.
+		synctest.Wait()
 		if _, lead := b.Start(context.Background(), ServerClock, call(rules, "again"), false); !lead {
 			t.Fatal("after the queue drained: want to lead")
 		}
