@@ -169,14 +169,14 @@ func (t Ticket) Wait() (time.Time, []string, error) {
 	return p.at, p.vals, p.err
 }
 
-// run sends batch as one call, answers every member, then hands the next
-// call, if any queued, on (Release). With lead, batch[0] is the caller,
-// which reads its answer when run returns, and the others are signalled;
-// without, every member is signalled. With a
-// timeout, the call is bounded by its members' earliest deadline, so that
-// no member waits longer than its timeout from when it arrived, queueing
-// included: a member whose deadline passed while it was queued is answered
-// with a timeout and not sent.
+// run sends batch as one call, answers every member, lets them queue again
+// (rejoin), then hands the next call, if any queued, on (Release). With
+// lead, batch[0] is the caller, which reads its answer when run returns,
+// and the others are signalled; without, every member is signalled. With
+// a timeout, the call is bounded by its members' earliest deadline, so
+// that no member waits longer than its timeout from when it arrived,
+// queueing included: a member whose deadline passed while it was queued
+// is answered with a timeout and not sent.
 func (b *Batcher) run(batch []*pending, lead bool) {
 	var leader *pending
 	if lead {
