@@ -27,7 +27,8 @@ import (
 // Each scenario has a "bare" implementation, the same route with no
 // limiter, so that a middleware's added cost is its ns/op (and allocs/op)
 // minus bare's, from the same run. bare is neither ours nor a peer: it
-// decides nothing.
+// decides nothing. Gin and net/http also run a ceiling, which is not a peer
+// either (see middlewareCeiling).
 //
 // The limit is one per-ip tier that no run reaches: ours gets the roomy
 // quota of the memory scenarios (2^29 at once, refilled over 50 days), the
@@ -190,6 +191,7 @@ func benchGin(b *testing.B) {
 		{name: "bare", h: engine()},
 		{name: "ours_gin", h: engine(ours), header: "X-RateLimit-Remaining"},
 		{name: "ulule_gin", h: ululeEngine, header: "X-RateLimit-Remaining"},
+		{name: "ceiling_gin", h: engine(newMiddlewareCeiling(b).gin), header: "X-RateLimit-Remaining"},
 	})
 }
 
@@ -212,6 +214,71 @@ func benchNetHTTP(b *testing.B) {
 		// favour of LimitBy with a trusted-IP key function, which on a
 		// server without proxies is the same key.
 		{name: "httprate", h: mux(httprate.LimitByIP(int(roomy.n), peerWindow)(ok)), header: "X-RateLimit-Remaining"},
+		{name: "ceiling_nethttp", h: mux(newMiddlewareCeiling(b).handler(ok)), header: "X-RateLimit-Remaining"},
+	})
+}
+
+// middlewareCeiling is the least our limiter costs as middleware in gin
+// or net/http, a reference point and not a peer: the decision of the same
+// limiter as ours_gin's and ours_nethttp's, keyed by the peer's address
+// (net.SplitHostPort, which allocates nothing), and the same five header
+// fields stored in the same way (core.HeaderFormat.SetHeader), with none
+// of the middleware's other work: no key functions, skip, plan or cost
+// functions, no record that the request was checked (which keeps a
+// middleware installed twice from charging a request twice), no routes,
+// no error handling beyond a 429.
+type middlewareCeiling struct {
+	l      *core.Limiter
+	format *core.HeaderFormat
+	names  [core.NumHeaderFields]string
+}
+
+func newMiddlewareCeiling(tb testing.TB) *middlewareCeiling {
+	tb.Helper()
+	// The format ours_gin and ours_nethttp use: the default one with the
+	// names spelled as http.Header stores them.
+	f, err := core.NewHeaderFormat(core.WithNameCase(core.NamesCanonical))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &middlewareCeiling{l: oursMiddlewareLimiter(tb), format: f}
+	for h := range core.HeaderField(core.NumHeaderFields) {
+		c.names[h] = h.Name(f)
+	}
+	return c
+}
+
+// allow decides the request of r and, when allowed, stores the header
+// fields in h.
+func (c *middlewareCeiling) allow(r *http.Request, h http.Header) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	req := core.Request{IP: host}
+	var d core.Decision
+	if err := c.l.Decide(r.Context(), &req, 1, &d); err != nil || !d.Allowed {
+		return false
+	}
+	c.format.SetHeader(h, &c.names, &d)
+	return true
+}
+
+func (c *middlewareCeiling) gin(g *gin.Context) {
+	if !c.allow(g.Request, g.Writer.Header()) {
+		g.AbortWithStatus(http.StatusTooManyRequests)
+		return
+	}
+	g.Next()
+}
+
+func (c *middlewareCeiling) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !c.allow(r, w.Header()) {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 

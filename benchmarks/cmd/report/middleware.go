@@ -71,9 +71,12 @@ func leastAdded(s *scenario, k kind, bare *entry) *entry {
 // writeAddedCost writes, for every scenario of g that has a bare
 // implementation, what our cheapest middleware and the cheapest peer add to
 // it (ns/op and allocs/op), and the ratio of the added ns/op (below 1: ours
-// costs less).
+// costs less); then what the cheapest ceiling adds (the least our limiter
+// costs as middleware, see BenchmarkMiddleware), and its ratio to the
+// peer's, which shows how much of a target the limiter's decision and
+// header fields alone leave room for ("–" where the scenario has none).
 func writeAddedCost(w io.Writer, g *group) {
-	head := []string{"scenario", "bare ns/op", "ours", "added ns/op", "added allocs/op", "cheapest peer", "added ns/op", "added allocs/op", "ours / peer added"}
+	head := []string{"scenario", "bare ns/op", "ours", "added ns/op", "added allocs/op", "cheapest peer", "added ns/op", "added allocs/op", "ours / peer added", "ceiling", "added ns/op", "ceiling / peer added"}
 	writeRow(w, head)
 	writeRule(w, len(head))
 	for _, s := range g.scenarios {
@@ -91,17 +94,24 @@ func writeAddedCost(w io.Writer, g *group) {
 			}
 			return "–"
 		}
-		ratio := "–"
-		a, ok1 := added(o, bare, unitNs)
-		b, ok2 := added(p, bare, unitNs)
-		if ok1 && ok2 && b > 0 {
-			ratio = fmt.Sprintf("**%.2fx**", a/b)
+		c := leastAdded(s, kindCeiling, bare)
+		vsPeer := func(e *entry, bold bool) string {
+			a, ok1 := added(e, bare, unitNs)
+			b, ok2 := added(p, bare, unitNs)
+			switch {
+			case !ok1 || !ok2 || b <= 0:
+				return "–"
+			case bold:
+				return fmt.Sprintf("**%.2fx**", a/b)
+			}
+			return fmt.Sprintf("%.2fx", a/b)
 		}
 		writeRow(w, []string{
 			shortName(s.name), cell(bare, unitNs),
 			implCell(o), addedCell(o, unitNs), addedCell(o, unitAllocs),
 			implCell(p), addedCell(p, unitNs), addedCell(p, unitAllocs),
-			ratio,
+			vsPeer(o, true),
+			implCell(c), addedCell(c, unitNs), vsPeer(c, false),
 		})
 	}
 }

@@ -6,23 +6,27 @@ import (
 	"testing"
 )
 
-// middlewareFixture is two runs of the gin comparison and one fiber
-// scenario, as go test -bench writes them.
+// middlewareFixture is two runs of the gin comparison, with its ceiling,
+// and one fiber scenario, with none, as go test -bench writes them.
 const middlewareFixture = `goos: linux
 goarch: amd64
 pkg: github.com/bucketry/ratelimit/benchmarks
 BenchmarkMiddleware/Gin/serial/impl=bare-2        	 1000	  100 ns/op	   0 B/op	 0 allocs/op
 BenchmarkMiddleware/Gin/serial/impl=ours_gin-2    	 1000	  400 ns/op	 192 B/op	 3 allocs/op
 BenchmarkMiddleware/Gin/serial/impl=ulule_gin-2   	 1000	 1100 ns/op	 232 B/op	13 allocs/op
+BenchmarkMiddleware/Gin/serial/impl=ceiling_gin-2 	 1000	  300 ns/op	 144 B/op	 1 allocs/op
 BenchmarkMiddleware/Gin/parallel/impl=bare-2      	 1000	   50 ns/op	   0 B/op	 0 allocs/op
 BenchmarkMiddleware/Gin/parallel/impl=ours_gin-2  	 1000	  650 ns/op	 192 B/op	 3 allocs/op
 BenchmarkMiddleware/Gin/parallel/impl=ulule_gin-2 	 1000	  850 ns/op	 232 B/op	13 allocs/op
+BenchmarkMiddleware/Gin/parallel/impl=ceiling_gin-2 	 1000	  450 ns/op	 144 B/op	 1 allocs/op
 BenchmarkMiddleware/Gin/serial/impl=bare-2        	 1000	  100 ns/op	   0 B/op	 0 allocs/op
 BenchmarkMiddleware/Gin/serial/impl=ours_gin-2    	 1000	  400 ns/op	 192 B/op	 3 allocs/op
 BenchmarkMiddleware/Gin/serial/impl=ulule_gin-2   	 1000	 1100 ns/op	 232 B/op	13 allocs/op
+BenchmarkMiddleware/Gin/serial/impl=ceiling_gin-2 	 1000	  300 ns/op	 144 B/op	 1 allocs/op
 BenchmarkMiddleware/Gin/parallel/impl=bare-2      	 1000	   50 ns/op	   0 B/op	 0 allocs/op
 BenchmarkMiddleware/Gin/parallel/impl=ours_gin-2  	 1000	  650 ns/op	 192 B/op	 3 allocs/op
 BenchmarkMiddleware/Gin/parallel/impl=ulule_gin-2 	 1000	  850 ns/op	 232 B/op	13 allocs/op
+BenchmarkMiddleware/Gin/parallel/impl=ceiling_gin-2 	 1000	  450 ns/op	 144 B/op	 1 allocs/op
 BenchmarkMiddleware/Fiber/serial/impl=bare-2          	 1000	  150 ns/op	   0 B/op	 0 allocs/op
 BenchmarkMiddleware/Fiber/serial/impl=ours_fiber-2    	 1000	 1150 ns/op	 128 B/op	 3 allocs/op
 BenchmarkMiddleware/Fiber/serial/impl=fiber_limiter-2 	 1000	  550 ns/op	  48 B/op	 3 allocs/op
@@ -70,10 +74,11 @@ func TestWriteAddedCost(t *testing.T) {
 	writeAddedCost(&b, res.group("Middleware"))
 	out := b.String()
 	for _, want := range []string{
-		"| Gin/serial | 100 | `ours_gin` | +300 | +3 | `ulule_gin` | +1000 | +13 | **0.30x** |",
-		"| Gin/parallel | 50.0 | `ours_gin` | +600 | +3 | `ulule_gin` | +800 | +13 | **0.75x** |",
-		// The cheapest peer, never bare.
-		"| Fiber/serial | 150 | `ours_fiber` | +1000 | +3 | `fiber_limiter` | +400 | +3 | **2.50x** |",
+		// The cheapest peer, never the ceiling, which adds less.
+		"| Gin/serial | 100 | `ours_gin` | +300 | +3 | `ulule_gin` | +1000 | +13 | **0.30x** | `ceiling_gin` | +200 | 0.20x |",
+		"| Gin/parallel | 50.0 | `ours_gin` | +600 | +3 | `ulule_gin` | +800 | +13 | **0.75x** | `ceiling_gin` | +400 | 0.50x |",
+		// The cheapest peer, never bare; no ceiling.
+		"| Fiber/serial | 150 | `ours_fiber` | +1000 | +3 | `fiber_limiter` | +400 | +3 | **2.50x** | – | – | – |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("added-cost table lacks\n%s\nin\n%s", want, out)
