@@ -15,13 +15,14 @@ import (
 // Mark records which middlewares have checked a request, so that one that
 // runs again on the same request (installed at two levels: the router and
 // a group or route) does not charge it twice. Adapters keep it on the
-// request (a context value, gin's c.Set, fiber's c.Locals, Echo's c.Set,
-// under MarkName) and ask Seen before Check. A Mark is immutable; the
-// zero value and nil record no middleware.
+// request (a context value; fiber's user values and Echo's c.Set under
+// MarkName; gin's c.Keys under a key of the gin adapter's own type) and ask
+// Seen before Check. A Mark is immutable; the zero value and nil record no
+// middleware.
 type Mark struct{ engines []*Engine }
 
 // MarkName is the name adapters keep a request's *Mark under, in
-// frameworks that store values by name.
+// frameworks that store values by name (fiber, Echo).
 const MarkName = "github.com/bucketry/ratelimit/flow.Mark"
 
 type markKey struct{}

@@ -352,7 +352,7 @@ func TestMarkMapReuse(t *testing.T) {
 	}
 	// alone: the Mark, and nothing an earlier request left.
 	alone := func(c *gin.Context) {
-		if _, isMark := c.Keys[flow.MarkName].(*flow.Mark); len(c.Keys) != 1 || !isMark {
+		if _, isMark := c.Keys[ginlimit.MarkKey].(*flow.Mark); len(c.Keys) != 1 || !isMark {
 			t.Errorf("%s: c.Keys = %v after the middleware, want the Mark alone", c.Request.URL.Path, c.Keys)
 		}
 	}
@@ -362,7 +362,7 @@ func TestMarkMapReuse(t *testing.T) {
 	e.GET("/plain", outer, a, alone, ok)
 	e.GET("/set", outer, a, alone, func(c *gin.Context) { c.Set("user", "alice") }, ok)
 	e.GET("/swap", outer, a, alone, func(c *gin.Context) {
-		delete(c.Keys, flow.MarkName)
+		delete(c.Keys, ginlimit.MarkKey)
 		c.Set("other", 1)
 	}, ok)
 	e.GET("/replace", outer, a, alone, func(c *gin.Context) {
@@ -378,7 +378,7 @@ func TestMarkMapReuse(t *testing.T) {
 		want  string
 	}{
 		{"/plain", func(m map[any]any) bool { return m == nil }, "nil"},
-		{"/set", func(m map[any]any) bool { return len(m) == 2 && m["user"] == "alice" && m[flow.MarkName] != nil }, "the Mark and user"},
+		{"/set", func(m map[any]any) bool { return len(m) == 2 && m["user"] == "alice" && m[ginlimit.MarkKey] != nil }, "the Mark and user"},
 		{"/swap", func(m map[any]any) bool { return len(m) == 1 && m["other"] == 1 }, "other alone"},
 		{"/replace", func(m map[any]any) bool {
 			return len(m) == 1 && reflect.ValueOf(m).UnsafePointer() == reflect.ValueOf(replaced).UnsafePointer()

@@ -12,6 +12,12 @@ import (
 	"github.com/bucketry/ratelimit/flow"
 )
 
+// markKey is the key a request's *flow.Mark is kept under in c.Keys, which
+// gin keys by any comparable value: a key of an empty struct type costs a
+// lookup no hashing and comparing of text, as flow.MarkName, a 40-byte
+// string, does, and no other package can name it to set or delete it.
+type markKey struct{}
+
 // errNoRequest is what the error handler gets for a gin.Context without an
 // http.Request, which only a hand-made test context can be.
 var errNoRequest = errors.New("ginlimit: gin.Context has no Request")
@@ -93,7 +99,7 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 	m := &middleware{engine: e}
 	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
 	self := e.Mark(nil)
-	m.keys.New = func() any { return map[any]any{flow.MarkName: self} }
+	m.keys.New = func() any { return map[any]any{markKey{}: self} }
 	e.MiddlewareMade()
 	return m.handle, nil
 }
@@ -103,7 +109,7 @@ func (m *middleware) handle(c *gin.Context) {
 	var res flow.Result
 	var mark, ctxMark *flow.Mark
 	if c.Keys != nil {
-		prev, _ := c.Get(flow.MarkName)
+		prev, _ := c.Get(markKey{})
 		mark, _ = prev.(*flow.Mark)
 	}
 	if c.Request != nil {
@@ -184,7 +190,7 @@ func (m *middleware) handle(c *gin.Context) {
 func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark) {
 	c.Request = m.engine.MarkContext(c.Request, ctxMark)
 	if c.Keys != nil {
-		c.Set(flow.MarkName, m.engine.Mark(prev))
+		c.Set(markKey{}, m.engine.Mark(prev))
 		c.Next()
 		return
 	}
@@ -197,7 +203,7 @@ func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark) {
 	if len(keys) != 1 || !sameMap(c.Keys, keys) {
 		return
 	}
-	mk, ok := keys[flow.MarkName]
+	mk, ok := keys[markKey{}]
 	if !ok {
 		return // a handler deleted the Mark and set another key
 	}
@@ -205,7 +211,7 @@ func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark) {
 	// A middleware further down, over another limiter, may have replaced
 	// the Mark with one that records both.
 	if self := m.engine.Mark(nil); mk != any(self) {
-		keys[flow.MarkName] = self
+		keys[markKey{}] = self
 	}
 	m.keys.Put(keys)
 }
