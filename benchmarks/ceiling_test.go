@@ -3,12 +3,17 @@ package benchmarks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"runtime"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bucketry/ratelimit/core"
 )
 
 // memoryCeiling is a reference point of the memory scenarios with one
@@ -25,7 +30,12 @@ var memoryCeilings = []memoryCeiling{
 	{name: "ceiling_clock", build: func(_ testing.TB, _ quota, _ *subject, _ int, deny bool) impl {
 		return &ceilingClock{mono0: time.Now(), answer: !deny}
 	}},
-	{name: "ceiling_gcra", build: newCeilingGCRA},
+	{name: "ceiling_gcra", build: func(tb testing.TB, q quota, s *subject, tiers int, _ bool) impl {
+		return newCeilingGCRA(tb, q, s, tiers, false)
+	}},
+	{name: "ceiling_store", build: func(tb testing.TB, q quota, s *subject, tiers int, _ bool) impl {
+		return newCeilingGCRA(tb, q, s, tiers, true)
+	}},
 }
 
 // ceilingBuilders returns the ceilings of sc, whose subjects are subs, as
@@ -71,13 +81,39 @@ func (c *ceilingClock) allow(context.Context, *subject) (bool, error) {
 // It holds the buckets of one subject only, made when it is built: none of
 // the work of creating, finding among many or reclaiming buckets, nor of
 // the identities, rule names, reset times or tier details of a decision.
+//
+// Built with store, it is ceiling_store: the same decisions, with the
+// subject's buckets among ceilingStoreKeys others in a table of the size
+// a store of that many keys has, and each decision reported to the caller
+// in a ceilingDecision, what a response's header fields are made from.
+// It is what a store that finds buckets among many and tells what it
+// decided costs at least, still without creating, growing, reclaiming,
+// validating identities or any layer above the store.
 type ceilingGCRA struct {
 	seed          maphash.Seed
 	slots         []*gcraSlot
 	mask          uint64
 	mono0         time.Time
 	interval, tau int64 // ns per token; tau = burst * interval
+	burst         int64
 	tiers         int
+	store         bool
+}
+
+// ceilingStoreKeys is how many buckets ceiling_store holds besides its
+// subject's: as many as the Keys100k scenario's.
+const ceilingStoreKeys = 100_000
+
+// ceilingDecision is what ceiling_store reports of a decision: the tier
+// that decided it (on allowing, the one with the fewest tokens left; on
+// denying, the denying one that frees up last), with what the header
+// fields of a response need.
+type ceilingDecision struct {
+	Allowed                bool
+	Rule                   string
+	Scope                  core.Scope
+	Limit, Remaining       int64
+	ResetAfter, RetryAfter time.Duration
 }
 
 // gcraSlot is one bucket, alone on its cache line.
@@ -89,30 +125,47 @@ type gcraSlot struct {
 
 const gcraLocked = -1
 
-var errCeilingKey = errors.New("ceiling_gcra: a key it was not built with")
+var errCeilingKey = errors.New("ceiling_gcra, ceiling_store: a key it was not built with")
 
-func newCeilingGCRA(tb testing.TB, q quota, s *subject, tiers int, _ bool) impl {
+func newCeilingGCRA(tb testing.TB, q quota, s *subject, tiers int, store bool) *ceilingGCRA {
+	size := 64
+	if store {
+		// A quarter to a half full, as an open-addressed table that
+		// doubles when half full is.
+		size = 1 << 18
+	}
 	c := &ceilingGCRA{
 		seed:     maphash.MakeSeed(),
-		slots:    make([]*gcraSlot, 64),
-		mask:     63,
+		slots:    make([]*gcraSlot, size),
+		mask:     uint64(size - 1),
 		mono0:    time.Now(),
 		interval: int64(q.period) / q.n,
+		burst:    q.n,
 		tiers:    tiers,
+		store:    store,
 	}
 	if c.interval < 1 {
-		tb.Fatalf("ceiling_gcra: a quota of %d per %v is below 1 ns a token", q.n, q.period)
+		tb.Fatalf("ceiling_gcra, ceiling_store: a quota of %d per %v is below 1 ns a token", q.n, q.period)
 	}
 	c.tau = c.interval * q.n
 	for _, k := range s.keys[:tiers] {
-		h := maphash.String(c.seed, k)
-		i := h & c.mask
-		for c.slots[i] != nil {
-			i = (i + 1) & c.mask
+		c.add(k)
+	}
+	if store {
+		for i := range ceilingStoreKeys {
+			c.add("other:" + strconv.Itoa(i))
 		}
-		c.slots[i] = &gcraSlot{key: k}
 	}
 	return c
+}
+
+// add adds a bucket for key, which it does not hold.
+func (c *ceilingGCRA) add(key string) {
+	i := maphash.String(c.seed, key) & c.mask
+	for c.slots[i] != nil {
+		i = (i + 1) & c.mask
+	}
+	c.slots[i] = &gcraSlot{key: key}
 }
 
 // find returns the slot of key, or nil.
@@ -126,6 +179,16 @@ func (c *ceilingGCRA) find(key string) *gcraSlot {
 }
 
 func (c *ceilingGCRA) allow(_ context.Context, s *subject) (bool, error) {
+	if !c.store {
+		return c.decide(s, nil)
+	}
+	// As a limiter's caller does: a decision declared per request.
+	var d ceilingDecision
+	return c.decide(s, &d)
+}
+
+// decide decides one request of s and, unless d is nil, reports it in d.
+func (c *ceilingGCRA) decide(s *subject, d *ceilingDecision) (bool, error) {
 	now := int64(time.Since(c.mono0))
 	if c.tiers == 1 {
 		e := c.find(s.keys[0])
@@ -136,10 +199,18 @@ func (c *ceilingGCRA) allow(_ context.Context, s *subject) (bool, error) {
 			tat := e.tat.Load()
 			next := max(tat, now) + c.interval
 			if next-now > c.tau {
-				return false, checkLeft((c.tau - (tat - now)) / c.interval)
+				left := (c.tau - (tat - now)) / c.interval
+				if d != nil {
+					c.report(d, 0, false, left, tat-now, next-now-c.tau)
+				}
+				return false, checkLeft(left)
 			}
 			if e.tat.CompareAndSwap(tat, next) {
-				return true, checkLeft((c.tau - (next - now)) / c.interval)
+				left := (c.tau - (next - now)) / c.interval
+				if d != nil {
+					c.report(d, 0, true, left, next-now, 0)
+				}
+				return true, checkLeft(left)
 			}
 		}
 	}
@@ -172,7 +243,44 @@ func (c *ceilingGCRA) allow(_ context.Context, s *subject) (bool, error) {
 		}
 		ents[i].tat.Store(tat)
 	}
+	if d != nil {
+		c.reportTiers(d, tats[:n], now, allowed)
+	}
 	return allowed, checkLeft(least)
+}
+
+// reportTiers reports in d the decision of several tiers, whose TATs were
+// tats before it. Every tier has the same limit, so the tier with the
+// fewest tokens left, or the denying tier that frees up last, is the one
+// whose next TAT is the latest.
+func (c *ceilingGCRA) reportTiers(d *ceilingDecision, tats []int64, now int64, allowed bool) {
+	by, latest := 0, int64(-1)
+	for i, tat := range tats {
+		next := max(tat, now) + c.interval
+		if (allowed || next-now > c.tau) && next > latest {
+			by, latest = i, next
+		}
+	}
+	from := max(tats[by], now)
+	if allowed {
+		c.report(d, by, true, (c.tau-(latest-now))/c.interval, latest-now, 0)
+		return
+	}
+	c.report(d, by, false, (c.tau-(from-now))/c.interval, from-now, latest-now-c.tau)
+}
+
+// report writes in d a decision by tier, with left whole tokens left (none
+// when negative) and the reset and retry times in ns.
+func (c *ceilingGCRA) report(d *ceilingDecision, tier int, allowed bool, left, resetAfter, retryAfter int64) {
+	*d = ceilingDecision{
+		Allowed:    allowed,
+		Rule:       tierDefs[tier].rule,
+		Scope:      tierDefs[tier].scope,
+		Limit:      c.burst,
+		Remaining:  max(left, 0),
+		ResetAfter: time.Duration(resetAfter),
+		RetryAfter: time.Duration(retryAfter),
+	}
 }
 
 // lock takes e's TAT for a multi-tier decision and returns it.
@@ -197,44 +305,129 @@ func checkLeft(left int64) error {
 	return nil
 }
 
-// TestCeilingGCRAExact checks that ceiling_gcra is the exact limiter its
-// figures stand for: under 64 goroutines at once it admits its limit and
-// no more, on one tier and on three (all or nothing: each tier's bucket
-// holds exactly what the admitted requests took).
+// TestCeilingGCRAExact checks that ceiling_gcra and ceiling_store are the
+// exact limiter their figures stand for: under 64 goroutines at once each
+// admits its limit and no more, on one tier and on three (all or nothing:
+// each tier's bucket holds exactly what the admitted requests took); and
+// that ceiling_store reports each decision as it is: the admitted ones
+// with the tokens each left, the denied ones with none left and a retry
+// time.
 func TestCeilingGCRAExact(t *testing.T) {
-	for _, tiers := range []int{1, 3} {
-		s := newSubject("admission", tiers)
-		c := newCeilingGCRA(t, admissionQuota, &s, tiers, false).(*ceilingGCRA)
-		var admitted, errs atomic.Int64
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range admissionGoroutines {
-			wg.Go(func() {
-				<-start
-				for range admissionAttempts {
-					ok, err := c.allow(context.Background(), &s)
-					if err != nil {
-						errs.Add(1)
-					} else if ok {
-						admitted.Add(1)
-					}
-				}
+	for _, store := range []bool{false, true} {
+		for _, tiers := range []int{1, 3} {
+			t.Run(fmt.Sprintf("store=%v/tiers=%d", store, tiers), func(t *testing.T) {
+				checkCeilingExact(t, store, tiers)
 			})
 		}
-		close(start)
-		wg.Wait()
-		if admitted.Load() != admissionQuota.n || errs.Load() != 0 {
-			t.Errorf("%d tiers: %d admitted, %d errors; want %d and none", tiers, admitted.Load(), errs.Load(), admissionQuota.n)
+	}
+}
+
+func checkCeilingExact(t *testing.T, store bool, tiers int) {
+	s := newSubject("admission", tiers)
+	c := newCeilingGCRA(t, admissionQuota, &s, tiers, store)
+	var (
+		admitted, errs atomic.Int64
+		mu             sync.Mutex
+		left           []int64  // tokens left, by admitted decision
+		bad            []string // decisions reported wrong
+		wg             sync.WaitGroup
+		start          = make(chan struct{})
+	)
+	for range admissionGoroutines {
+		wg.Go(func() {
+			<-start
+			var mine []int64
+			for range admissionAttempts {
+				var d ceilingDecision
+				dp := &d
+				if !store {
+					dp = nil
+				}
+				ok, err := c.decide(&s, dp)
+				switch {
+				case err != nil:
+					errs.Add(1)
+					continue
+				case ok:
+					admitted.Add(1)
+				}
+				if !store {
+					continue
+				}
+				switch {
+				case ok != d.Allowed || d.Rule != tierDefs[0].rule || d.Scope != tierDefs[0].scope || d.Limit != admissionQuota.n:
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%v: %+v", ok, d))
+					mu.Unlock()
+				case ok:
+					mine = append(mine, d.Remaining)
+				case d.Remaining != 0 || d.RetryAfter <= 0 || d.ResetAfter <= time.Duration(c.tau-c.interval):
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("denied: %+v", d))
+					mu.Unlock()
+				}
+			}
+			mu.Lock()
+			left = append(left, mine...)
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	if admitted.Load() != admissionQuota.n || errs.Load() != 0 {
+		t.Errorf("%d admitted, %d errors; want %d and none", admitted.Load(), errs.Load(), admissionQuota.n)
+	}
+	// Every bucket is ahead of the start by what the admitted took.
+	for _, k := range s.keys[:tiers] {
+		e := c.find(k)
+		if lead := e.tat.Load() - int64(time.Since(c.mono0)); lead <= c.tau-2*c.interval || lead > c.tau {
+			t.Errorf("bucket %q is %d ns ahead, want about tau %d", k, lead, c.tau)
 		}
-		// Every bucket is ahead of the start by what the admitted took.
-		for _, k := range s.keys[:tiers] {
-			e := c.find(k)
-			if lead := e.tat.Load() - int64(time.Since(c.mono0)); lead <= c.tau-2*c.interval || lead > c.tau {
-				t.Errorf("%d tiers: bucket %q is %d ns ahead, want about tau %d", tiers, k, lead, c.tau)
+	}
+	if store {
+		// The k-th admitted decision leaves n-k tokens, or n-k-1 when
+		// it read the clock before the first one did (it reports what
+		// is left at its own reading, which is earlier): of the counts
+		// reported, at least n-m-1 and at most n-m are m or more.
+		n := admissionQuota.n
+		for m := range n {
+			atLeast := int64(0)
+			for _, l := range left {
+				if l >= m {
+					atLeast++
+				}
+			}
+			if atLeast > n-m || atLeast < n-m-1 {
+				slices.Sort(left)
+				t.Errorf("%d admitted decisions left %d or more tokens, want %d or %d; all: %v", atLeast, m, n-m-1, n-m, left)
+				break
 			}
 		}
-		if _, err := c.allow(context.Background(), &subject{keys: []string{"elsewhere", "x", "y"}}); !errors.Is(err, errCeilingKey) {
-			t.Errorf("%d tiers: a key it was not built with: %v, want errCeilingKey", tiers, err)
+		if len(bad) > 0 {
+			t.Errorf("%d decisions reported wrong, the first: %s", len(bad), bad[0])
 		}
+	}
+	if _, err := c.allow(context.Background(), &subject{keys: []string{"elsewhere", "x", "y"}}); !errors.Is(err, errCeilingKey) {
+		t.Errorf("a key it was not built with: %v, want errCeilingKey", err)
+	}
+}
+
+// TestCeilingStoreTier checks that ceiling_store reports the tier that
+// decided: the one with the fewest tokens left, then the one that denies.
+func TestCeilingStoreTier(t *testing.T) {
+	s := newSubject("tier", 3)
+	c := newCeilingGCRA(t, admissionQuota, &s, 3, true)
+	// The third tier, global, has one token left.
+	c.find(s.keys[2]).tat.Store(int64(time.Since(c.mono0)) + c.tau - c.interval)
+	var d ceilingDecision
+	if ok, err := c.decide(&s, &d); !ok || err != nil || d.Rule != tierDefs[2].rule || d.Remaining != 0 {
+		t.Errorf("the last token of global: %v, %v, %+v; want allowed by global with none left", ok, err, d)
+	}
+	if ok, err := c.decide(&s, &d); ok || err != nil || d.Rule != tierDefs[2].rule || d.RetryAfter <= 0 || d.RetryAfter > time.Duration(c.interval) {
+		t.Errorf("global empty: %v, %v, %+v; want denied by global, retry within one token's time", ok, err, d)
+	}
+	// The denial took nothing: the first tier has given one token.
+	if lead := c.find(s.keys[0]).tat.Load() - int64(time.Since(c.mono0)); lead <= 0 || lead > c.interval {
+		t.Errorf("per-user is %d ns ahead after one admitted request, want up to one token's %d", lead, c.interval)
 	}
 }

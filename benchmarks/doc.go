@@ -23,8 +23,10 @@
 // "ceiling_" are reference points and never peers: on Redis they decide
 // nothing (a bare PING, or our script sent alone, one EVALSHA per
 // decision); in memory, where a scenario has one subject, ceiling_clock
-// reads the clock and decides nothing, and ceiling_gcra is the least an
-// exact decision costs (see ceiling_test.go). "bare" is a route with no
+// reads the clock and decides nothing, ceiling_gcra is the least an exact
+// decision costs, and ceiling_store the least one costs that is found
+// among many buckets and reported to the caller (see ceiling_test.go).
+// "bare" is a route with no
 // limiter (BenchmarkMiddleware), and every other name is a peer library.
 //
 // # Scenarios
