@@ -25,9 +25,11 @@
 // decision); in memory, where a scenario has one subject, ceiling_clock
 // reads the clock and decides nothing, ceiling_gcra is the least an exact
 // decision costs, and ceiling_store the least one costs that is found
-// among many buckets and reported to the caller (see ceiling_test.go).
-// "bare" is a route with no
-// limiter (BenchmarkMiddleware), and every other name is a peer library.
+// among many buckets and reported to the caller (see ceiling_test.go);
+// in BenchmarkMiddleware, ceiling_gin, ceiling_fiber and ceiling_nethttp
+// are the least our limiter costs as middleware (see middlewareCeiling
+// and fiberCeiling). "bare" is a route with no limiter
+// (BenchmarkMiddleware), and every other name is a peer library.
 //
 // # Scenarios
 //

@@ -4,6 +4,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +30,8 @@ import (
 // Each scenario has a "bare" implementation, the same route with no
 // limiter, so that a middleware's added cost is its ns/op (and allocs/op)
 // minus bare's, from the same run. bare is neither ours nor a peer: it
-// decides nothing. Gin and net/http also run a ceiling, which is not a peer
-// either (see middlewareCeiling).
+// decides nothing. Every framework also runs a ceiling, which is not a peer
+// either (see middlewareCeiling and fiberCeiling).
 //
 // The limit is one per-ip tier that no run reaches: ours gets the roomy
 // quota of the memory scenarios (2^29 at once, refilled over 50 days), the
@@ -299,6 +302,7 @@ func benchFiber(b *testing.B) {
 		{"bare", nil, ""},
 		{"ours_fiber", ours, "X-RateLimit-Remaining"},
 		{"fiber_limiter", theirs, "X-RateLimit-Remaining"},
+		{"ceiling_fiber", newFiberCeiling(b).handle, "X-RateLimit-Remaining"},
 	}
 	for _, mode := range mwModes {
 		b.Run(mode.name, func(b *testing.B) {
@@ -342,6 +346,81 @@ func benchFiber(b *testing.B) {
 	}
 }
 
+// fiberCeiling is middlewareCeiling for fiber: the decision of the same
+// limiter as ours_fiber's, keyed by the peer's IPv4 address, and the same
+// five header fields set in the same way (core.HeaderValues, then
+// fasthttp's SetCanonical under the names fasthttp normalizes them to),
+// with none of the middleware's other work. Its key is the text of the
+// last peer it saw, kept with the address, so that keying a request from
+// the same peer formats nothing and allocates nothing; its context is the
+// fasthttp request itself, which is one, rather than the one fiber keeps
+// among the request's user values.
+type fiberCeiling struct {
+	l      *core.Limiter
+	format *core.HeaderFormat
+	names  [core.NumHeaderFields][]byte
+	peer   atomic.Pointer[fiberPeer]
+}
+
+// fiberPeer is an IPv4 peer's address and its text, the key of its bucket.
+type fiberPeer struct {
+	ip   [4]byte
+	text string
+}
+
+func newFiberCeiling(tb testing.TB) *fiberCeiling {
+	tb.Helper()
+	// ours_fiber's format: flow's default, the names as specified, which
+	// fasthttp normalizes.
+	f, err := core.NewHeaderFormat()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &fiberCeiling{l: oursMiddlewareLimiter(tb), format: f}
+	for h := range core.HeaderField(core.NumHeaderFields) {
+		c.names[h] = []byte(textproto.CanonicalMIMEHeaderKey(h.Name(f)))
+	}
+	return c
+}
+
+// key returns the text of the request's IPv4 peer, false for another peer.
+func (c *fiberCeiling) key(ctx *fasthttp.RequestCtx) (string, bool) {
+	tcp, ok := ctx.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return "", false
+	}
+	ip := tcp.IP.To4()
+	if ip == nil {
+		return "", false
+	}
+	if p := c.peer.Load(); p != nil && p.ip == [4]byte(ip) {
+		return p.text, true
+	}
+	p := &fiberPeer{ip: [4]byte(ip), text: ip.String()}
+	c.peer.Store(p)
+	return p.text, true
+}
+
+func (c *fiberCeiling) handle(fc *fiber.Ctx) error {
+	ctx := fc.Context()
+	host, ok := c.key(ctx)
+	if !ok {
+		return fc.SendStatus(fiber.StatusTooManyRequests)
+	}
+	req := core.Request{IP: host}
+	var d core.Decision
+	if err := c.l.Decide(ctx, &req, 1, &d); err != nil || !d.Allowed {
+		return fc.SendStatus(fiber.StatusTooManyRequests)
+	}
+	var v core.HeaderValues
+	v.Format(c.format, &d)
+	h := &fc.Response().Header
+	for i := range v.Len() {
+		h.SetCanonical(c.names[v.Field(i)], v.Bytes(i))
+	}
+	return fc.Next()
+}
+
 // fiberCtx is GET /items/1 from the client address as fasthttp hands it to
 // the app's handler, reused across iterations as fasthttp reuses a
 // connection's RequestCtx.
@@ -362,4 +441,51 @@ func fiberServe(h fasthttp.RequestHandler, ctx *fasthttp.RequestCtx) int {
 	ctx.ResetUserValues()
 	h(ctx)
 	return ctx.Response.StatusCode()
+}
+
+// TestFiberCeilingFields checks that ceiling_fiber answers an allowed
+// request with the header fields ours_fiber sets, named and valued alike,
+// each on a limiter of its own: the same work, which its figures stand for.
+func TestFiberCeilingFields(t *testing.T) {
+	ours, err := fiberlimit.New(oursMiddlewareLimiter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := func(mw fiber.Handler) map[string]string {
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		app.Get("/items/:id", mw, func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		ctx := fiberCtx()
+		if got := fiberServe(app.Handler(), ctx); got != fiber.StatusOK {
+			t.Fatalf("status %d, want 200", got)
+		}
+		m := map[string]string{}
+		ctx.Response.Header.VisitAll(func(k, v []byte) { m[string(k)] = string(v) })
+		return m
+	}
+	want, got := fields(ours), fields(newFiberCeiling(t).handle)
+	// The five of an allowed request (Retry-After is a denial's), and
+	// the response's Content-Type.
+	if len(want) != 6 {
+		t.Fatalf("ours_fiber set %d fields (%v), want 6", len(want), want)
+	}
+	for k, v := range want {
+		if k == "X-Ratelimit-Reset" {
+			// A Unix time in seconds: the second may turn between the
+			// two requests.
+			w, err1 := strconv.ParseInt(v, 10, 64)
+			g, err2 := strconv.ParseInt(got[k], 10, 64)
+			if err1 != nil || err2 != nil || g < w || g > w+1 {
+				t.Errorf("ceiling_fiber's %s = %q, want %q (ours_fiber's) or a second later", k, got[k], v)
+			}
+			continue
+		}
+		if got[k] != v {
+			t.Errorf("ceiling_fiber's %s = %q, want %q (ours_fiber's)", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("ceiling_fiber sets %s, which ours_fiber does not", k)
+		}
+	}
 }
