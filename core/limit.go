@@ -269,7 +269,7 @@ func (l Limit) Resolution() time.Duration {
 	return time.Nanosecond
 }
 
-func (l Limit) isBucket() bool { return l.alg == AlgTokenBucket || l.alg == AlgShaping }
+func (l *Limit) isBucket() bool { return l.alg == AlgTokenBucket || l.alg == AlgShaping }
 
 // MaxSpan bounds every duration a limit can produce: a token bucket's fill
 // time plus its maximum wait, and a window; it is 400 days, so quarterly and

@@ -711,18 +711,39 @@ func (p *Policy) single() bool {
 // predicate, lookup, lease or shadow mode) on the memory store: the same
 // decision, without the slices of the general path.
 func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *Decision) error {
-	id, err := p.plainIdentity(0, req)
-	if err != nil || id == "" {
+	r := &p.rules[0]
+	id := req.identityOf(p.scopes[0], r.Scope)
+	if id == "" {
 		d.clear()
-		if err != nil {
-			return err
-		}
 		d.Allowed, d.Cost = true, n
 		return nil
 	}
-	r := &p.rules[0]
+	s := l.memory
+	var at int64
+	switch {
+	case !now.IsZero():
+		at = now.UnixNano()
+	case s.clock == nil:
+		at = s.wall0 + int64(time.Since(s.mono0)) // s.now, inlined
+	default:
+		at = s.clockNow()
+	}
+	var rt *ruleTable
+	if st := r.mem.p.Load(); st != nil && st.s == s {
+		rt = st.rt // s.tableFor, inlined
+	} else {
+		rt = s.tableOf(r)
+	}
 	var st BucketState
-	at := l.memory.takeRule(r, id, &r.Limit, &st, now, n)
+	// An identity the table holds was valid when its bucket was made:
+	// only one it does not hold is checked, before a bucket is made.
+	if !s.takeFastIn(rt, id, &r.Limit, &st, at, n) {
+		if !validShort(id) && !validKey(id) {
+			d.clear()
+			return invalidIdentity(r, id)
+		}
+		s.takeSlow(r, id, &r.Limit, &st, at, n)
+	}
 	// Every field of d, written after the store's compare-and-swap: stores
 	// before it would have to drain first.
 	d.fillOne(r, &r.Limit, &st, false)

@@ -276,11 +276,15 @@ func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
 // now returns the current Unix ns. Without an injected clock it reads the
 // monotonic clock, which is cheaper than time.Now and never goes backwards.
 func (s *MemoryStore) now() int64 {
-	if s.clock != nil {
-		return s.clock.Now().UnixNano()
+	if s.clock == nil {
+		return s.wall0 + int64(time.Since(s.mono0))
 	}
-	return s.wall0 + int64(time.Since(s.mono0))
+	return s.clockNow()
 }
+
+// clockNow returns the current Unix ns of the injected clock; a call of
+// its own keeps now small enough to be inlined.
+func (s *MemoryStore) clockNow() int64 { return s.clock.Now().UnixNano() }
 
 // constructed reports whether s was made by NewMemoryStore.
 func (s *MemoryStore) constructed() bool { return s != nil && s.nshards > 0 }
@@ -357,11 +361,12 @@ func (s *MemoryStore) take(t *Take) int64 {
 // dead (dropped since): its word says so.
 func (tab *table) find(h uint64, key string) *entry {
 	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
-		e := tab.slots[i].e.Load()
+		sl := &tab.slots[i]
+		e := sl.e.Load()
 		if e == nil {
 			return nil
 		}
-		if e != tombstone && tab.slots[i].hash.Load() == h && e.key == key {
+		if e != tombstone && sl.hash.Load() == h && e.key == key {
 			return e
 		}
 	}
@@ -378,14 +383,20 @@ func backoff(spins *int) {
 
 // tableFor returns the table of r, a rule of a policy, remembering it in r.
 func (s *MemoryStore) tableFor(r *Rule) *ruleTable {
-	if r.mem == nil {
-		return s.table(r.Name, true)
+	if r.mem != nil {
+		if st := r.mem.p.Load(); st != nil && st.s == s {
+			return st.rt
+		}
 	}
-	if st := r.mem.p.Load(); st != nil && st.s == s {
-		return st.rt
-	}
+	return s.tableOf(r)
+}
+
+// tableOf is tableFor when r does not remember its table in s.
+func (s *MemoryStore) tableOf(r *Rule) *ruleTable {
 	rt := s.table(r.Name, true)
-	r.mem.p.Store(&rt.ref)
+	if r.mem != nil {
+		r.mem.p.Store(&rt.ref)
+	}
 	return rt
 }
 
@@ -399,11 +410,17 @@ func (s *MemoryStore) takeRule(r *Rule, key string, l *Limit, out *BucketState, 
 		ns = now.UnixNano()
 	}
 	if !s.takeFastIn(s.tableFor(r), key, l, out, ns, cost) {
-		t := Take{Cost: cost, Buckets: []Bucket{{Rule: r.Name, Key: key, Limit: l}}, States: []BucketState{{}}}
-		s.takeLocked(&t, []*Rule{r}, ns)
-		*out = t.States[0]
+		s.takeSlow(r, key, l, out, ns, cost)
 	}
 	return ns
+}
+
+// takeSlow is takeRule's takeLocked, at now, for the cases takeFastIn
+// leaves.
+func (s *MemoryStore) takeSlow(r *Rule, key string, l *Limit, out *BucketState, now, cost int64) {
+	t := Take{Cost: cost, Buckets: []Bucket{{Rule: r.Name, Key: key, Limit: l}}, States: []BucketState{{}}}
+	s.takeLocked(&t, []*Rule{r}, now)
+	*out = t.States[0]
 }
 
 // takeRules is take for a valid take of the buckets of rules, policy rules,
@@ -561,6 +578,20 @@ func (s *MemoryStore) takeFastIn(rt *ruleTable, key string, l *Limit, out *Bucke
 				backoff(&spins)
 			}
 			continue // locked: wait; dead: look again
+		}
+		if cost > 0 && cost <= l.burst && !l.long {
+			// gcraSpan's first case, a cost that fits now, under the
+			// limit that wrote the entry (the same fill time), without
+			// the call. cost*interval <= tau: no overflow.
+			if next := max(w, now) + cost*l.interval; next-now <= l.tau {
+				if !e.word.CompareAndSwap(w, next) {
+					continue // another decision came first: decide again
+				}
+				out.Allowed, out.Reason = true, ReasonNone
+				out.Remaining = (l.tau - (next - now)) / l.interval
+				out.ResetAfter, out.RetryAfter, out.Delay = time.Duration(next-now), 0, 0
+				return true
+			}
 		}
 		left, tat := l.gcraSpan(out, w, l.tau, now, cost)
 		if out.Allowed && cost > 0 && tat != w && !e.word.CompareAndSwap(w, tat) {

@@ -8,8 +8,8 @@ import (
 )
 
 // TestPlainPathSameAsGeneral compares, request by request, a limiter of a
-// plain policy of several rules, which decides on the memory store through
-// decidePlain, with one of the same rules and a disabled one, which is not
+// plain policy, which decides on the memory store through decideOne (one
+// rule) or decidePlain (several), with one of the same rules and a disabled one, which is not
 // plain and decides through the general path: random identities (some
 // missing, some invalid), costs and times, on token buckets, a shaping
 // limit and a window (which decidePlain leaves to the general path).
@@ -36,7 +36,7 @@ func TestPlainPathSameAsGeneral(t *testing.T) {
 		}
 		return l
 	}
-	for _, n := range []int{2, 3, 4, 5} {
+	for _, n := range []int{1, 2, 3, 4, 5} {
 		plain := newLimiter(rules[:n]...)
 		general := newLimiter(append(rules[:n:n], Rule{Name: "off", Scope: ScopeUser, Limit: TokenBucket(PerSecond(1), 1), Disabled: true})...)
 		if p := plain.Policy(); !p.plain || p.shadow || p.leased {
