@@ -753,50 +753,49 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 }
 
 // decidePlain is decideOn for a plain policy of several rules (see
-// decideOne) on the memory store, into d, the zero Decision, when each
-// bucket that applies is a token bucket or shaping entry that exists
-// under its rule's limit, or only one applies: the same decision, without
-// the Buckets and the layers of the general path. It reports false,
-// having changed nothing, for the other cases (a bucket to create, a
-// window), which decideOn decides.
+// decideOne) on the memory store, into d, the zero Decision, when the
+// bucket of each tier that applies exists, a token bucket or shaping entry
+// written under its rule's limit: the same decision, without the Buckets,
+// the states and the layers of the general path. It reports false, having
+// changed nothing, for the other cases (a bucket to make, a window), which
+// decideOn decides; an identity is checked there only, as one the tables
+// hold was valid when its bucket was made.
 func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d *Decision) (bool, error) {
 	if len(p.rules) > maxInlineTiers {
 		return false, nil
 	}
+	s := l.memory
 	var (
-		ids    [maxInlineTiers]string
-		rules  [maxInlineTiers]*Rule
-		states [maxInlineTiers]BucketState
+		rules [maxInlineTiers]*Rule
+		ents  [maxInlineTiers]*entry
 	)
 	k := 0
 	for i := range p.rules {
-		id, err := p.plainIdentity(i, req)
-		if err != nil {
-			return true, err
+		r := &p.rules[i]
+		id := req.identityOf(p.scopes[i], r.Scope)
+		if id == "" {
+			continue
 		}
-		if id != "" {
-			ids[k], rules[k] = id, &p.rules[i]
-			k++
-		}
-	}
-	var at int64
-	switch {
-	case k == 0:
-		d.Allowed, d.Cost = true, n
-		return true, nil
-	case k == 1:
-		at = l.memory.takeRule(rules[0], ids[0], &rules[0].Limit, &states[0], now, n)
-	default:
-		if now.IsZero() {
-			at = l.memory.now()
-		} else {
-			at = now.UnixNano()
-		}
-		if !l.memory.takePlain(rules[:k], ids[:k], states[:k], at, n) {
+		e := s.find(s.tableFor(r), id)
+		if e == nil || !r.Limit.isBucket() || e.shape != shapeOf(&r.Limit) {
 			return false, nil
 		}
+		rules[k], ents[k] = r, e
+		k++
 	}
-	d.fill(states[:k], rules[:k], nil, false)
+	if k == 0 {
+		d.Allowed, d.Cost = true, n
+		return true, nil
+	}
+	var at int64
+	if now.IsZero() {
+		at = s.now()
+	} else {
+		at = now.UnixNano()
+	}
+	if !decideTiers(ents[:k], rules[:k], at, n, d) {
+		return false, nil // an entry was dropped meanwhile
+	}
 	d.Cost, d.At = n, time.Unix(0, at)
 	return true, nil
 }
@@ -1735,6 +1734,50 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 	d.ResetAfter = b.ResetAfter
 	d.RetryAfter = b.RetryAfter
 	d.Rule, d.Scope = r.Name, r.Scope
+}
+
+// summarize sets d's summary from its inline tier records, of rules, none
+// in shadow mode: fill's choice of the deciding tier, made on the records.
+func (d *Decision) summarize(rules []*Rule) {
+	allowed := true
+	for i := range d.n {
+		allowed = allowed && d.flags[i]&1 != 0
+	}
+	best, delay := 0, int64(0)
+	for i := range d.n {
+		t, b := &d.tiers[i], &d.tiers[best]
+		if allowed {
+			delay = max(delay, t.wait)
+			if t.remaining < b.remaining {
+				best = i
+			}
+			continue
+		}
+		fi, fb := d.flags[i], d.flags[best]
+		ci, cb := Reason(fi>>2) == ReasonCostExceedsLimit, Reason(fb>>2) == ReasonCostExceedsLimit
+		switch {
+		case fi&1 != fb&1:
+			if fi&1 == 0 {
+				best = i
+			}
+		case ci != cb:
+			if ci {
+				best = i
+			}
+		case fi&1 == 0 && t.wait > b.wait:
+			best = i
+		}
+	}
+	t, f := &d.tiers[best], d.flags[best]
+	d.Allowed, d.Reason = allowed, Reason(f>>2)
+	d.Limit, d.Remaining, d.ResetAfter = t.limit.burst, t.remaining, time.Duration(t.resetAfter)
+	d.RetryAfter, d.Delay = 0, 0
+	if allowed {
+		d.Delay = time.Duration(delay)
+	} else if f&1 == 0 {
+		d.RetryAfter = time.Duration(t.wait)
+	}
+	d.Rule, d.Scope = rules[best].Name, rules[best].Scope
 }
 
 // clear makes d the zero Decision, field by field: of its tier records,

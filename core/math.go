@@ -373,6 +373,37 @@ func (l *Limit) gcraSpan(st *BucketState, tat, span, now, cost int64) (left, nex
 	return max(room, 0), tat
 }
 
+// fits is gcraSpan's first case on a token bucket or shaping bucket of TAT
+// tat written under l (the same fill time): it returns the TAT to write
+// for a cost that fits at now, or reports false for every other case,
+// which span decides. It writes nothing, so that a caller's
+// compare-and-swap comes before any store (which it would wait for), and
+// admitted reports the decision after it.
+func (l *Limit) fits(tat, now, cost int64) (int64, bool) {
+	if cost <= 0 || cost > l.burst || l.long {
+		return 0, false
+	}
+	next := max(tat, now) + cost*l.interval // cost*interval <= tau: no overflow
+	return next, next-now <= l.tau
+}
+
+// admitted sets st to the state of a bucket under l whose TAT an admission
+// at now set to next (see fits).
+func (l *Limit) admitted(st *BucketState, next, now int64) {
+	st.Allowed, st.Reason = true, ReasonNone
+	st.Remaining = (l.tau - (next - now)) / l.interval
+	st.ResetAfter, st.RetryAfter, st.Delay = time.Duration(next-now), 0, 0
+}
+
+// span decides a request of cost at now on a token bucket or shaping
+// bucket of TAT tat written under l (the same fill time) into st, and
+// returns the TAT to write if it is admitted.
+func (l *Limit) span(st *BucketState, tat, now, cost int64) int64 {
+	left, next := l.gcraSpan(st, tat, l.tau, now, cost)
+	st.Remaining = left / l.interval
+	return next
+}
+
 // windowStart returns the start of the fixed window holding now, and the
 // stored window to use: a stored window later than now (the clock went
 // backwards) is kept, so time moving backwards never resets a count.

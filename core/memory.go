@@ -477,34 +477,118 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 	return decideHeld(ents[:n], lims[:n], states, now, cost)
 }
 
-// takePlain is takeFastMany for the buckets of rules, policy rules of a
-// plain policy, under their own limits, keyed by ids: the Limiter's path
-// for such a policy of several tiers, which needs no Bucket made. It finds
-// the entries as takeFastMany does, in a loop of its own: a helper both
-// called would cost a call per tier (34 instructions a three-tier
-// decision).
-func (s *MemoryStore) takePlain(rules []*Rule, ids []string, states []BucketState, now, cost int64) bool {
-	n := len(rules)
-	if n > maxInlineTiers {
-		return false
-	}
+// find returns the entry of key in rt, nil if it has none; the entry may
+// be dead (see table.find).
+func (s *MemoryStore) find(rt *ruleTable, key string) *entry {
+	h := maphash.String(s.seed, key)
+	return rt.shard(h).tab.Load().find(h, key)
+}
+
+// decideTiers decides a request of cost at now on ents, the existing token
+// bucket or shaping entries of rules (policy rules, written under their own
+// limits, at most maxInlineTiers, none twice), into d, the zero Decision,
+// but for Cost and At. It locks every entry but the one of the highest
+// address in the order of their addresses, the one order every take locks
+// in, and decides on that last one's word as it reads it: admitted, the
+// compare-and-swap that writes it checks that it held that word, so that
+// the decision holds at that instant (or it is decided again); denied,
+// the read is that instant. It reports false, having changed nothing, if
+// an entry was dropped meanwhile.
+func decideTiers(ents []*entry, rules []*Rule, now, cost int64, d *Decision) bool {
 	var (
-		ents [maxInlineTiers]*entry
-		lims [maxInlineTiers]*Limit
+		words [maxInlineTiers]int64
+		tats  [maxInlineTiers]int64
+		order [maxInlineTiers]int
 	)
-	for i, r := range rules {
-		l := &r.Limit
-		if !l.isBucket() {
-			return false
-		}
-		h := maphash.String(s.seed, ids[i])
-		e := s.tableFor(r).shard(h).tab.Load().find(h, ids[i])
-		if e == nil || e.shape != shapeOf(l) {
-			return false
-		}
-		ents[i], lims[i] = e, l
+	n := len(ents)
+	last := sortByAddress(ents, order[:n])
+	if !lockIn(ents, words[:n], order[:n-1]) {
+		return false // decideOn looks the keys up again
 	}
-	return decideHeld(ents[:n], lims[:n], states, now, cost)
+	tail := ents[last]
+	for spins := 0; ; {
+		w := tail.word.Load()
+		if w < 0 {
+			if w == wordLocked {
+				backoff(&spins)
+				continue
+			}
+			for _, i := range order[:n-1] {
+				ents[i].unlock(words[i])
+			}
+			// decideSpans may have written records: a Decision's
+			// records past those it holds stay zero (see setTiers).
+			clear(d.tiers[:n])
+			clear(d.flags[:n])
+			return false
+		}
+		words[last] = w
+		fit := true
+		for i, r := range rules {
+			next, ok := r.Limit.fits(words[i], now, cost)
+			tats[i], fit = next, fit && ok
+		}
+		if fit {
+			// Every tier admits: write, then report, so that no store
+			// comes before the compare-and-swap.
+			if !tail.word.CompareAndSwap(w, tats[last]) {
+				continue // another decision came first: decide again
+			}
+			for _, i := range order[:n-1] {
+				ents[i].unlock(tats[i])
+			}
+			for i, r := range rules {
+				var st BucketState
+				r.Limit.admitted(&st, tats[i], now)
+				d.setRec(i, r, &r.Limit, &st, false)
+			}
+			break
+		}
+		if decideSpans(ents, rules, words[:n], tats[:n], order[:n], now, cost, d) {
+			break
+		}
+	}
+	d.setTiers(n)
+	d.summarize(rules)
+	return true
+}
+
+// decideSpans is decideTiers for a request not every tier admits at once
+// (a denial, a cost of 0, a shaping delay), into d's records, on the
+// entries but the last locked with words, the last having held
+// words[last]: it reports false, having unlocked nothing, if the last
+// changed before the compare-and-swap that would admit the request.
+func decideSpans(ents []*entry, rules []*Rule, words, tats []int64, order []int, now, cost int64, d *Decision) bool {
+	n, last := len(ents), order[len(order)-1]
+	allowed := true
+	for i, r := range rules {
+		var st BucketState
+		tats[i] = r.Limit.span(&st, words[i], now, cost)
+		d.setRec(i, r, &r.Limit, &st, false)
+		allowed = allowed && st.Allowed
+	}
+	if allowed && cost > 0 {
+		if !ents[last].word.CompareAndSwap(words[last], tats[last]) {
+			return false
+		}
+		for _, i := range order[:n-1] {
+			ents[i].unlock(tats[i])
+		}
+		return true
+	}
+	// Nothing is consumed: the tiers that would admit report their
+	// balance as it stands.
+	for i, r := range rules {
+		if d.flags[i]&1 != 0 && cost > 0 {
+			var st BucketState
+			r.Limit.span(&st, words[i], now, 0)
+			d.setRec(i, r, &r.Limit, &st, false)
+		}
+	}
+	for _, i := range order[:n-1] {
+		ents[i].unlock(words[i])
+	}
+	return true
 }
 
 // decideHeld decides a request of cost on ents, token bucket or shaping
@@ -579,25 +663,17 @@ func (s *MemoryStore) takeFastIn(rt *ruleTable, key string, l *Limit, out *Bucke
 			}
 			continue // locked: wait; dead: look again
 		}
-		if cost > 0 && cost <= l.burst && !l.long {
-			// gcraSpan's first case, a cost that fits now, under the
-			// limit that wrote the entry (the same fill time), without
-			// the call. cost*interval <= tau: no overflow.
-			if next := max(w, now) + cost*l.interval; next-now <= l.tau {
-				if !e.word.CompareAndSwap(w, next) {
-					continue // another decision came first: decide again
-				}
-				out.Allowed, out.Reason = true, ReasonNone
-				out.Remaining = (l.tau - (next - now)) / l.interval
-				out.ResetAfter, out.RetryAfter, out.Delay = time.Duration(next-now), 0, 0
-				return true
+		if next, ok := l.fits(w, now, cost); ok {
+			if !e.word.CompareAndSwap(w, next) {
+				continue // another decision came first: decide again
 			}
+			l.admitted(out, next, now)
+			return true
 		}
-		left, tat := l.gcraSpan(out, w, l.tau, now, cost)
+		tat := l.span(out, w, now, cost)
 		if out.Allowed && cost > 0 && tat != w && !e.word.CompareAndSwap(w, tat) {
 			continue // another decision came first: decide again
 		}
-		out.Remaining = left / l.interval
 		return true
 	}
 }
@@ -753,12 +829,26 @@ retry:
 // to sort in. It reports false, having unlocked those it locked, when one
 // was dropped meanwhile.
 func lockInOrder(ents []*entry, words []int64, order []int) bool {
+	sortByAddress(ents, order)
+	return lockIn(ents, words, order)
+}
+
+// sortByAddress sets order, of len(ents), to the indexes of ents in the
+// order of their addresses, and returns the last.
+func sortByAddress(ents []*entry, order []int) int {
 	for i := range ents {
 		order[i] = i
 		for j := i; j > 0 && uintptr(unsafe.Pointer(ents[order[j]])) < uintptr(unsafe.Pointer(ents[order[j-1]])); j-- {
 			order[j], order[j-1] = order[j-1], order[j]
 		}
 	}
+	return order[len(order)-1]
+}
+
+// lockIn locks the entries of ents at the indexes in order, in that order,
+// and sets words[i] to the word ents[i] held. It reports false, having
+// unlocked those it locked, when one was dropped meanwhile.
+func lockIn(ents []*entry, words []int64, order []int) bool {
 	for k, i := range order {
 		w, ok := ents[i].lock()
 		if !ok {
