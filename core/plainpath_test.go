@@ -3,6 +3,9 @@ package core
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -99,5 +102,93 @@ func TestPlainPathBadIdentity(t *testing.T) {
 	d, err := l.Allow(context.Background(), Request{User: "a\nb"})
 	if !errors.Is(err, ErrInvalidKey) || d.NumTiers() != 0 || d.Allowed {
 		t.Fatalf("Allow of a bad identity = %+v, %v; want no decision and ErrInvalidKey", d, err)
+	}
+}
+
+// TestPlainPathExactUnderContention races limiters of plain policies that
+// share a memory store and a hot bucket: one rule alone (decideOne), the
+// hot rule with a second (decideTiers locks one entry and writes the other
+// by compare-and-swap), and with two more, while another goroutine makes
+// buckets elsewhere (inserts and resizes). Time stands still, so the hot
+// bucket admits exactly its burst, each other bucket at most its own, and
+// what each holds afterwards is what was admitted through it.
+func TestPlainPathExactUnderContention(t *testing.T) {
+	s, err := NewMemoryStore(WithClock(NewManualClock(time.Unix(1_700_000_000, 0))), WithShards(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := Rule{Name: "hot", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 400)}
+	pair := Rule{Name: "pair", Scope: ScopeEndpoint, Limit: TokenBucket(PerHour(1), 120)}
+	ip := Rule{Name: "ip", Scope: ScopeIP, Limit: TokenBucket(PerHour(1), 1000)}
+	all := Rule{Name: "all", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 1000)}
+	limiters := []*Limiter{
+		newTestLimiter(t, []Option{WithStore(s)}, hot),
+		newTestLimiter(t, []Option{WithStore(s)}, hot, pair),
+		newTestLimiter(t, []Option{WithStore(s)}, ip, hot, all),
+	}
+	req := Request{User: "u", Endpoint: "GET /", IP: "192.0.2.1"}
+	ctx := context.Background()
+	var admitted [3]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := limiters[g%3]
+			for denied := 0; denied < 100; {
+				var d Decision
+				if err := l.Decide(ctx, &req, 1, &d); err != nil {
+					t.Error(err)
+					return
+				}
+				if !d.Allowed {
+					denied++
+					continue
+				}
+				admitted[g%3].Add(1)
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	churn.Add(1)
+	go func() {
+		defer churn.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			other := Request{User: "other-" + strconv.Itoa(i), Endpoint: "GET /", IP: "192.0.2.1"}
+			var d Decision
+			if err := limiters[1].Decide(ctx, &other, 0, &d); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+	one, two, three := admitted[0].Load(), admitted[1].Load(), admitted[2].Load()
+	if one+two+three != 400 {
+		t.Errorf("the hot bucket admitted %d (%d alone, %d with pair, %d with ip and all), want exactly its burst of 400", one+two+three, one, two, three)
+	}
+	if two > 120 {
+		t.Errorf("the pair bucket admitted %d, more than its burst of 120", two)
+	}
+	d, err := limiters[2].Inspect(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [3]int64{d.TierAt(0).Remaining, d.TierAt(1).Remaining, d.TierAt(2).Remaining}; got != [3]int64{1000 - three, 0, 1000 - three} {
+		t.Errorf("ip, hot and all hold %v, want [%d 0 %d]", got, 1000-three, 1000-three)
+	}
+	d, err = limiters[1].Inspect(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.TierAt(1).Remaining; got != 120-two {
+		t.Errorf("pair holds %d, want %d", got, 120-two)
 	}
 }
