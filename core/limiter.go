@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
@@ -776,7 +777,14 @@ func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d
 		if id == "" {
 			continue
 		}
-		e := s.find(s.tableFor(r), id)
+		var rt *ruleTable
+		if st := r.mem.p.Load(); st != nil && st.s == s {
+			rt = st.rt // s.tableFor, inlined
+		} else {
+			rt = s.tableOf(r)
+		}
+		h := maphash.String(s.seed, id)
+		e := rt.shard(h).tab.Load().find(h, id)
 		if e == nil || !r.Limit.isBucket() || e.shape != shapeOf(&r.Limit) {
 			return false, nil
 		}

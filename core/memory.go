@@ -477,13 +477,6 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 	return decideHeld(ents[:n], lims[:n], states, now, cost)
 }
 
-// find returns the entry of key in rt, nil if it has none; the entry may
-// be dead (see table.find).
-func (s *MemoryStore) find(rt *ruleTable, key string) *entry {
-	h := maphash.String(s.seed, key)
-	return rt.shard(h).tab.Load().find(h, key)
-}
-
 // decideTiers decides a request of cost at now on ents, the existing token
 // bucket or shaping entries of rules (policy rules, written under their own
 // limits, at most maxInlineTiers, none twice), into d, the zero Decision,
