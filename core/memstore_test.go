@@ -74,32 +74,20 @@ func TestMemoryStoreExactUnderContention(t *testing.T) {
 		}()
 	}
 	// Churn elsewhere: new keys (inserts, resizes), reads, resets, reclaims.
-	stop := make(chan struct{})
-	var churn sync.WaitGroup
-	churn.Add(1)
-	go func() {
-		defer churn.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
+	stop := churn(func(i int) {
+		key := "other-" + strconv.Itoa(i)
+		take(&Take{Cost: 1, Buckets: []Bucket{{Rule: "hot", Key: key, Limit: &hot}}, States: make([]BucketState, 1)})
+		take(&Take{Cost: 0, Buckets: []Bucket{{Rule: "hot", Key: "k", Limit: &hot}, {Rule: "pair", Key: key, Limit: &pair}}, States: make([]BucketState, 2)})
+		if i%7 == 0 {
+			if err := s.Reset(context.Background(), "hot", "other-"+strconv.Itoa(i/2)); err != nil {
+				t.Error(err)
 			}
-			key := "other-" + strconv.Itoa(i)
-			take(&Take{Cost: 1, Buckets: []Bucket{{Rule: "hot", Key: key, Limit: &hot}}, States: make([]BucketState, 1)})
-			take(&Take{Cost: 0, Buckets: []Bucket{{Rule: "hot", Key: "k", Limit: &hot}, {Rule: "pair", Key: key, Limit: &pair}}, States: make([]BucketState, 2)})
-			if i%7 == 0 {
-				if err := s.Reset(context.Background(), "hot", "other-"+strconv.Itoa(i/2)); err != nil {
-					t.Error(err)
-				}
-				s.Reclaim()
-				_ = s.Stats()
-			}
+			s.Reclaim()
+			_ = s.Stats()
 		}
-	}()
+	})
 	wg.Wait()
-	close(stop)
-	churn.Wait()
+	stop()
 	if got := singles.Load() + pairs.Load() + wins.Load(); got != 500 {
 		t.Errorf("the hot bucket admitted %d (%d alone, %d with pair, %d with win), want exactly its burst of 500", got, singles.Load(), pairs.Load(), wins.Load())
 	}
@@ -435,5 +423,28 @@ func TestMemoryStoreFastPathsSameAsLocked(t *testing.T) {
 		if !fast.takeFastMany(nil, buckets, make([]BucketState, n), clock.Now().UnixNano(), 0) {
 			t.Errorf("takeFastMany refused %d existing token buckets", n)
 		}
+	}
+}
+
+// churn calls step with 0, 1, 2 and on in a goroutine of its own until the
+// function it returns is called, which returns once step has returned.
+func churn(step func(i int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			step(i)
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }

@@ -149,27 +149,15 @@ func TestPlainPathExactUnderContention(t *testing.T) {
 			}
 		}()
 	}
-	stop := make(chan struct{})
-	var churn sync.WaitGroup
-	churn.Add(1)
-	go func() {
-		defer churn.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			other := Request{User: "other-" + strconv.Itoa(i), Endpoint: "GET /", IP: "192.0.2.1"}
-			var d Decision
-			if err := limiters[1].Decide(ctx, &other, 0, &d); err != nil {
-				t.Error(err)
-			}
+	stop := churn(func(i int) {
+		other := Request{User: "other-" + strconv.Itoa(i), Endpoint: "GET /", IP: "192.0.2.1"}
+		var d Decision
+		if err := limiters[1].Decide(ctx, &other, 0, &d); err != nil {
+			t.Error(err)
 		}
-	}()
+	})
 	wg.Wait()
-	close(stop)
-	churn.Wait()
+	stop()
 	one, two, three := admitted[0].Load(), admitted[1].Load(), admitted[2].Load()
 	if one+two+three != 400 {
 		t.Errorf("the hot bucket admitted %d (%d alone, %d with pair, %d with ip and all), want exactly its burst of 400", one+two+three, one, two, three)
