@@ -526,11 +526,20 @@ func (l *Limiter) decideUnder(ctx context.Context, p *Policy, req *Request, n in
 		if p == nil {
 			p = l.policy.Load()
 		}
-		if p.single() && validCost(n) {
+		if !validCost(n) {
+			d.clear()
+			return l.decide(ctx, p, time.Time{}, req, n, d) // its error
+		}
+		if p.single() {
 			return l.decideOne(p, time.Time{}, req, n, d)
 		}
 		d.clear()
-		return l.decide(ctx, p, time.Time{}, req, n, d)
+		if p.plain && !p.leased && !p.shadow {
+			if done, err := l.decidePlain(p, time.Time{}, req, n, d); done {
+				return err
+			}
+		}
+		return l.decideOnStack(ctx, p, time.Time{}, req, n, d)
 	}
 	d.clear()
 	return l.run(ctx, p, time.Time{}, req, n, d)
@@ -679,6 +688,11 @@ func (l *Limiter) decide(ctx context.Context, p *Policy, now time.Time, req *Req
 			return err
 		}
 	}
+	return l.decideOnStack(ctx, p, now, req, n, d)
+}
+
+// decideOnStack is decideOn with room for the tiers on its stack frame.
+func (l *Limiter) decideOnStack(ctx context.Context, p *Policy, now time.Time, req *Request, n int64, d *Decision) error {
 	// The tiers live on this stack frame, up to maxInlineTiers; the
 	// memory store takes them as they are, so a decision allocates nothing.
 	// Separate variables, not a Take: escape analysis treats a struct as a
@@ -777,6 +791,9 @@ func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d
 		if id == "" {
 			continue
 		}
+		if !r.Limit.isBucket() {
+			return false, nil
+		}
 		var rt *ruleTable
 		if st := r.mem.p.Load(); st != nil && st.s == s {
 			rt = st.rt // s.tableFor, inlined
@@ -785,7 +802,7 @@ func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d
 		}
 		h := maphash.String(s.seed, id)
 		e := rt.shard(h).tab.Load().find(h, id)
-		if e == nil || !r.Limit.isBucket() || e.shape != shapeOf(&r.Limit) {
+		if e == nil || e.shape != shapeOf(&r.Limit) {
 			return false, nil
 		}
 		rules[k], ents[k] = r, e

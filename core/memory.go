@@ -530,12 +530,23 @@ func decideTiers(ents []*entry, rules []*Rule, now, cost int64, d *Decision) boo
 			for _, i := range order[:n-1] {
 				ents[i].unlock(tats[i])
 			}
+			best := 0
 			for i, r := range rules {
 				var st BucketState
 				r.Limit.admitted(&st, tats[i], now)
 				d.setRec(i, r, &r.Limit, &st, false)
+				if st.Remaining < d.tiers[best].remaining {
+					best = i
+				}
 			}
-			break
+			// summarize's choice when every tier admits with no delay:
+			// the tier with the fewest tokens left, the first of them.
+			r, t := rules[best], &d.tiers[best]
+			d.setTiers(n)
+			d.Allowed, d.Reason, d.Limit, d.Remaining = true, ReasonNone, r.Limit.burst, t.remaining
+			d.ResetAfter, d.RetryAfter, d.Delay = time.Duration(t.resetAfter), 0, 0
+			d.Rule, d.Scope = r.Name, r.Scope
+			return true
 		}
 		if decideSpans(ents, rules, words[:n], tats[:n], order[:n], now, cost, d) {
 			break
@@ -843,7 +854,13 @@ func sortByAddress(ents []*entry, order []int) int {
 // unlocked those it locked, when one was dropped meanwhile.
 func lockIn(ents []*entry, words []int64, order []int) bool {
 	for k, i := range order {
-		w, ok := ents[i].lock()
+		e := ents[i]
+		// An entry no one holds is locked without lock's call.
+		if w := e.word.Load(); w >= 0 && e.word.CompareAndSwap(w, wordLocked) {
+			words[i] = w
+			continue
+		}
+		w, ok := e.lock()
 		if !ok {
 			for _, j := range order[:k] {
 				ents[j].unlock(words[j])
