@@ -533,12 +533,10 @@ func (l *Limiter) decideUnder(ctx context.Context, p *Policy, req *Request, n in
 		if p.single() {
 			return l.decideOne(p, time.Time{}, req, n, d)
 		}
-		d.clear()
-		if p.plain && !p.leased && !p.shadow {
-			if done, err := l.decidePlain(p, time.Time{}, req, n, d); done {
-				return err
-			}
+		if p.plain && !p.leased && !p.shadow && l.decidePlain(p, time.Time{}, req, n, d) {
+			return nil
 		}
+		d.clear()
 		return l.decideOnStack(ctx, p, time.Time{}, req, n, d)
 	}
 	d.clear()
@@ -684,8 +682,8 @@ func (l *Limiter) decide(ctx context.Context, p *Policy, now time.Time, req *Req
 		if len(p.rules) == 1 {
 			return l.decideOne(p, now, req, n, d)
 		}
-		if done, err := l.decidePlain(p, now, req, n, d); done {
-			return err
+		if l.decidePlain(p, now, req, n, d) {
+			return nil
 		}
 	}
 	return l.decideOnStack(ctx, p, now, req, n, d)
@@ -768,16 +766,17 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 }
 
 // decidePlain is decideOn for a plain policy of several rules (see
-// decideOne) on the memory store, into d, the zero Decision, when the
-// bucket of each tier that applies exists, a token bucket or shaping entry
-// written under its rule's limit: the same decision, without the Buckets,
-// the states and the layers of the general path. It reports false, having
-// changed nothing, for the other cases (a bucket to make, a window), which
-// decideOn decides; an identity is checked there only, as one the tables
-// hold was valid when its bucket was made.
-func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d *Decision) (bool, error) {
+// decideOne) on the memory store, into d, every field of which it writes,
+// when the bucket of each tier that applies exists, a token bucket or
+// shaping entry written under its rule's limit: the same decision, without
+// the Buckets, the states and the layers of the general path. It reports
+// false for the other cases (a bucket to make, a window), which decideOn
+// decides, having written nothing in d but records it cleared again: a d
+// that was the zero Decision still is. An identity is checked there only,
+// as one the tables hold was valid when its bucket was made.
+func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d *Decision) bool {
 	if len(p.rules) > maxInlineTiers {
-		return false, nil
+		return false
 	}
 	s := l.memory
 	var (
@@ -792,7 +791,7 @@ func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d
 			continue
 		}
 		if !r.Limit.isBucket() {
-			return false, nil
+			return false
 		}
 		var rt *ruleTable
 		if st := r.mem.p.Load(); st != nil && st.s == s {
@@ -800,29 +799,43 @@ func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d
 		} else {
 			rt = s.tableOf(r)
 		}
-		h := maphash.String(s.seed, id)
-		e := rt.shard(h).tab.Load().find(h, id)
+		var e *entry
+		if len(id) == 1 && id[0] == '*' {
+			// A global rule's bucket, on every request: findStar
+			// without its call while the entry it found lives.
+			if e = rt.star.Load(); e == nil || e.word.Load() == wordDead {
+				e = s.findStar(rt)
+			}
+		} else {
+			h := maphash.String(s.seed, id)
+			e = rt.shard(h).tab.Load().find(h, id)
+		}
 		if e == nil || e.shape != shapeOf(&r.Limit) {
-			return false, nil
+			return false
 		}
 		rules[k], ents[k] = r, e
 		k++
 	}
 	if k == 0 {
+		d.clear()
 		d.Allowed, d.Cost = true, n
-		return true, nil
+		return true
 	}
 	var at int64
-	if now.IsZero() {
-		at = s.now()
-	} else {
+	switch {
+	case !now.IsZero():
 		at = now.UnixNano()
+	case s.clock == nil:
+		at = s.wall0 + int64(time.Since(s.mono0)) // s.now, inlined
+	default:
+		at = s.clockNow()
 	}
 	if !decideTiers(ents[:k], rules[:k], at, n, d) {
-		return false, nil // an entry was dropped meanwhile
+		return false // an entry was dropped meanwhile
 	}
 	d.Cost, d.At = n, time.Unix(0, at)
-	return true, nil
+	d.Degraded, d.Err, d.ShadowDenied = false, nil, false
+	return true
 }
 
 // decideOn is decide with p, and room for the tiers in buckets, states and

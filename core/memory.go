@@ -75,6 +75,21 @@ type ruleTable struct {
 	// (tableFor): made with the table, so that rules switching between
 	// stores allocate nothing.
 	ref storeTable
+	// star is the last entry found for the key "*", a global rule's one
+	// bucket, which every request of a policy with such a rule decides
+	// on (see findStar); nil before, and possibly dead since.
+	star atomic.Pointer[entry]
+}
+
+// findStar returns the entry of the key "*" in rt, as table.find does,
+// and remembers it in rt.star, which its callers read first.
+func (s *MemoryStore) findStar(rt *ruleTable) *entry {
+	h := maphash.String(s.seed, globalKey)
+	e := rt.shard(h).tab.Load().find(h, globalKey)
+	if e != nil {
+		rt.star.Store(e)
+	}
+	return e
 }
 
 // The word of an entry: a token bucket's TAT (Unix ns, never negative) or,
@@ -479,8 +494,8 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 
 // decideTiers decides a request of cost at now on ents, the existing token
 // bucket or shaping entries of rules (policy rules, written under their own
-// limits, at most maxInlineTiers, none twice), into d, the zero Decision,
-// but for Cost and At. It locks every entry but the one of the highest
+// limits, at most maxInlineTiers, none twice), into d: its tiers and
+// summary, not Cost, At, Degraded, Err or ShadowDenied. It locks every entry but the one of the highest
 // address in the order of their addresses, the one order every take locks
 // in, and decides on that last one's word as it reads it: admitted, the
 // compare-and-swap that writes it checks that it held that word, so that

@@ -84,9 +84,9 @@ func TestPlainPathSameAsGeneral(t *testing.T) {
 		if n < 5 {
 			req := Request{User: "u1", IP: "192.0.2.7", Endpoint: "GET /items/{id}"}
 			var d Decision
-			done, err := plain.decidePlain(plain.Policy(), now, &req, 0, &d)
-			if !done || err != nil || d.NumTiers() != min(n, 4) {
-				t.Fatalf("%d rules: decidePlain on existing buckets: done %v, %v, %d tiers", n, done, err, d.NumTiers())
+			done := plain.decidePlain(plain.Policy(), now, &req, 0, &d)
+			if !done || d.NumTiers() != min(n, 4) {
+				t.Fatalf("%d rules: decidePlain on existing buckets: done %v, %d tiers", n, done, d.NumTiers())
 			}
 		}
 	}
@@ -179,4 +179,66 @@ func TestPlainPathExactUnderContention(t *testing.T) {
 	if got := d.TierAt(1).Remaining; got != 120-two {
 		t.Errorf("pair holds %d, want %d", got, 120-two)
 	}
+}
+
+// TestPlainPathGlobalBucketDropped checks the plain path's memory of a
+// global rule's bucket: after the store drops that bucket (Reset) or
+// replaces it (the rule's limit changes), decisions are made on the bucket
+// the table holds, and the plain path decides on it again.
+func TestPlainPathGlobalBucketDropped(t *testing.T) {
+	s, err := NewMemoryStore(WithClock(NewManualClock(time.Unix(1_700_000_000, 0))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := Rule{Name: "per-user", Scope: ScopeUser, Limit: TokenBucket(PerHour(1), 100)}
+	global := Rule{Name: "global", Scope: ScopeGlobal, Limit: TokenBucket(PerHour(1), 5)}
+	l := newTestLimiter(t, []Option{WithStore(s)}, user, global)
+	ctx := context.Background()
+	decide := func(want int64) {
+		t.Helper()
+		var d Decision
+		if err := l.Decide(ctx, &Request{User: "u"}, 1, &d); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.TierAt(1).Remaining; got != want || d.Allowed != (want >= 0 && d.TierAt(1).Allowed) {
+			t.Fatalf("global holds %d after a decision (allowed %v), want %d", got, d.Allowed, want)
+		}
+	}
+	for want := int64(4); want >= 2; want-- {
+		decide(want)
+	}
+	if err := s.Reset(ctx, "global", "*"); err != nil {
+		t.Fatal(err)
+	}
+	decide(4) // a new bucket, full before the decision
+	decide(3)
+	plainAgain := func() {
+		t.Helper()
+		var d Decision
+		if !l.decidePlain(l.Policy(), time.Time{}, &Request{User: "u"}, 0, &d) {
+			t.Fatal("the plain path does not decide on the global bucket the table holds now")
+		}
+	}
+	plainAgain()
+	// Another fill time (10h, not 5h) replaces the bucket, keeping its
+	// share: 2 of 5 taken is 4 of 10.
+	global.Limit = TokenBucket(PerHour(1), 10)
+	p, err := NewPolicy(user, global)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	var d Decision
+	if err := l.Decide(ctx, &Request{User: "u"}, 1, &d); err != nil {
+		t.Fatal(err)
+	}
+	if tier := d.TierAt(1); tier.Limit.Burst() != 10 || tier.Remaining != 5 {
+		t.Fatalf("after the limit changed: global burst %d, %d left; want 10 and 5", tier.Limit.Burst(), tier.Remaining)
+	}
+	if err := l.Decide(ctx, &Request{User: "u"}, 1, &d); err != nil || d.TierAt(1).Remaining != 4 {
+		t.Fatalf("the next decision: %d left, %v; want 4", d.TierAt(1).Remaining, err)
+	}
+	plainAgain()
 }
