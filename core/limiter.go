@@ -765,7 +765,14 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 	return nil
 }
 
-// decidePlain is decideOn for a plain policy of several rules (see
+// plainTiers is how many rules a plain policy decidePlain decides has at
+// most: the usual tiers (user, endpoint, IP, global). Its room is zeroed
+// before the first compare-and-swap, which waits for those stores; a
+// policy of more rules takes the general path, which allocates nothing
+// either up to maxInlineTiers.
+const plainTiers = 4
+
+// decidePlain is decideOn for a plain policy of up to plainTiers rules (see
 // decideOne) on the memory store, into d, every field of which it writes,
 // when the bucket of each tier that applies exists, a token bucket or
 // shaping entry written under its rule's limit: the same decision, without
@@ -775,13 +782,13 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 // that was the zero Decision still is. An identity is checked there only,
 // as one the tables hold was valid when its bucket was made.
 func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d *Decision) bool {
-	if len(p.rules) > maxInlineTiers {
+	if len(p.rules) > plainTiers {
 		return false
 	}
 	s := l.memory
 	var (
-		rules [maxInlineTiers]*Rule
-		ents  [maxInlineTiers]*entry
+		rules [plainTiers]*Rule
+		ents  [plainTiers]*entry
 	)
 	k := 0
 	for i := range p.rules {

@@ -494,7 +494,7 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 
 // decideTiers decides a request of cost at now on ents, the existing token
 // bucket or shaping entries of rules (policy rules, written under their own
-// limits, at most maxInlineTiers, none twice), into d: its tiers and
+// limits, at most plainTiers, none twice), into d: its tiers and
 // summary, not Cost, At, Degraded, Err or ShadowDenied. It locks every entry but the one of the highest
 // address in the order of their addresses, the one order every take locks
 // in, and decides on that last one's word as it reads it: admitted, the
@@ -504,9 +504,9 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 // an entry was dropped meanwhile.
 func decideTiers(ents []*entry, rules []*Rule, now, cost int64, d *Decision) bool {
 	var (
-		words [maxInlineTiers]int64
-		tats  [maxInlineTiers]int64
-		order [maxInlineTiers]int
+		words [plainTiers]int64
+		tats  [plainTiers]int64
+		order [plainTiers]int
 	)
 	n := len(ents)
 	last := sortByAddress(ents, order[:n])
