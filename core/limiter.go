@@ -520,9 +520,9 @@ func (l *Limiter) decideUnder(ctx context.Context, p *Policy, req *Request, n in
 		return fmt.Errorf("%w: Decide: the request is nil", ErrNilArgument)
 	}
 	if l != nil && l.direct {
-		// What run would do, without its layer; and for one rule, what
-		// decide would do, without its. decideOne writes every field of d
-		// itself.
+		// What run would do, without its layer; and for a plain policy,
+		// what decide would do, without its. decideOne and decidePlain
+		// write every field of d themselves.
 		if p == nil {
 			p = l.policy.Load()
 		}
@@ -530,11 +530,21 @@ func (l *Limiter) decideUnder(ctx context.Context, p *Policy, req *Request, n in
 			d.clear()
 			return l.decide(ctx, p, time.Time{}, req, n, d) // its error
 		}
-		if p.single() {
-			return l.decideOne(p, time.Time{}, req, n, d)
-		}
-		if p.plain && !p.leased && !p.shadow && l.decidePlain(p, time.Time{}, req, n, d) {
-			return nil
+		if p.plain && !p.leased && !p.shadow {
+			// The store's clock, read here, not in a call of its own:
+			// s.now, inlined (an injected clock, for tests, is read
+			// after the monotonic one).
+			s := l.memory
+			at := s.wall0 + int64(time.Since(s.mono0))
+			if s.clock != nil {
+				at = s.clockNow()
+			}
+			if len(p.rules) == 1 {
+				return l.decideOne(p, at, req, n, d)
+			}
+			if l.decidePlain(p, at, req, n, d) {
+				return nil
+			}
 		}
 		d.clear()
 		return l.decideOnStack(ctx, p, time.Time{}, req, n, d)
@@ -679,10 +689,11 @@ func (l *Limiter) decide(ctx context.Context, p *Policy, now time.Time, req *Req
 		p = l.policy.Load()
 	}
 	if l.memory != nil && !l.shadow && p.plain && !p.leased && !p.shadow {
+		at := l.memory.nowOr(now)
 		if len(p.rules) == 1 {
-			return l.decideOne(p, now, req, n, d)
+			return l.decideOne(p, at, req, n, d)
 		}
-		if l.decidePlain(p, now, req, n, d) {
+		if l.decidePlain(p, at, req, n, d) {
 			return nil
 		}
 	}
@@ -713,17 +724,10 @@ func (l *Limiter) decideOnStack(ctx context.Context, p *Policy, now time.Time, r
 	return l.decideOn(ctx, p, now, req, n, d, bucketArr[:0], stateArr[:], ruleArr[:0])
 }
 
-// single reports whether p is one plain rule (no plan, routes, predicate,
-// lookup, lease or shadow mode), which decideOne decides on the memory
-// store.
-func (p *Policy) single() bool {
-	return len(p.rules) == 1 && p.plain && !p.leased && !p.shadow
-}
-
 // decideOne is decideOn for a policy of one plain rule (no plan, routes,
-// predicate, lookup, lease or shadow mode) on the memory store: the same
-// decision, without the slices of the general path.
-func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *Decision) error {
+// predicate, lookup, lease or shadow mode) on the memory store, at at
+// (Unix ns): the same decision, without the slices of the general path.
+func (l *Limiter) decideOne(p *Policy, at int64, req *Request, n int64, d *Decision) error {
 	r := &p.rules[0]
 	id := req.identityOf(p.scopes[0], r.Scope)
 	if id == "" {
@@ -732,15 +736,6 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 		return nil
 	}
 	s := l.memory
-	var at int64
-	switch {
-	case !now.IsZero():
-		at = now.UnixNano()
-	case s.clock == nil:
-		at = s.wall0 + int64(time.Since(s.mono0)) // s.now, inlined
-	default:
-		at = s.clockNow()
-	}
 	var rt *ruleTable
 	if st := r.mem.p.Load(); st != nil && st.s == s {
 		rt = st.rt // s.tableFor, inlined
@@ -773,7 +768,7 @@ func (l *Limiter) decideOne(p *Policy, now time.Time, req *Request, n int64, d *
 const plainTiers = 4
 
 // decidePlain is decideOn for a plain policy of up to plainTiers rules (see
-// decideOne) on the memory store, into d, every field of which it writes,
+// decideOne) on the memory store, at at (Unix ns), into d, every field of which it writes,
 // when the bucket of each tier that applies exists, a token bucket or
 // shaping entry written under its rule's limit: the same decision, without
 // the Buckets, the states and the layers of the general path. It reports
@@ -781,7 +776,7 @@ const plainTiers = 4
 // decides, having written nothing in d but records it cleared again: a d
 // that was the zero Decision still is. An identity is checked there only,
 // as one the tables hold was valid when its bucket was made.
-func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d *Decision) bool {
+func (l *Limiter) decidePlain(p *Policy, at int64, req *Request, n int64, d *Decision) bool {
 	if len(p.rules) > plainTiers {
 		return false
 	}
@@ -827,15 +822,6 @@ func (l *Limiter) decidePlain(p *Policy, now time.Time, req *Request, n int64, d
 		d.clear()
 		d.Allowed, d.Cost = true, n
 		return true
-	}
-	var at int64
-	switch {
-	case !now.IsZero():
-		at = now.UnixNano()
-	case s.clock == nil:
-		at = s.wall0 + int64(time.Since(s.mono0)) // s.now, inlined
-	default:
-		at = s.clockNow()
 	}
 	if !decideTiers(ents[:k], rules[:k], at, n, d) {
 		return false // an entry was dropped meanwhile

@@ -297,6 +297,14 @@ func (s *MemoryStore) now() int64 {
 	return s.clockNow()
 }
 
+// nowOr returns now in Unix ns, or for a zero now the store's (now).
+func (s *MemoryStore) nowOr(now time.Time) int64 {
+	if now.IsZero() {
+		return s.now()
+	}
+	return now.UnixNano()
+}
+
 // clockNow returns the current Unix ns of the injected clock; a call of
 // its own keeps now small enough to be inlined.
 func (s *MemoryStore) clockNow() int64 { return s.clock.Now().UnixNano() }

@@ -84,7 +84,7 @@ func TestPlainPathSameAsGeneral(t *testing.T) {
 		if n < 5 {
 			req := Request{User: "u1", IP: "192.0.2.7", Endpoint: "GET /items/{id}"}
 			var d Decision
-			done := plain.decidePlain(plain.Policy(), now, &req, 0, &d)
+			done := plain.decidePlain(plain.Policy(), now.UnixNano(), &req, 0, &d)
 			if !done || d.NumTiers() != min(n, 4) {
 				t.Fatalf("%d rules: decidePlain on existing buckets: done %v, %d tiers", n, done, d.NumTiers())
 			}
@@ -215,7 +215,7 @@ func TestPlainPathGlobalBucketDropped(t *testing.T) {
 	plainAgain := func() {
 		t.Helper()
 		var d Decision
-		if !l.decidePlain(l.Policy(), time.Time{}, &Request{User: "u"}, 0, &d) {
+		if !l.decidePlain(l.Policy(), l.memory.now(), &Request{User: "u"}, 0, &d) {
 			t.Fatal("the plain path does not decide on the global bucket the table holds now")
 		}
 	}
