@@ -502,14 +502,15 @@ func (s *MemoryStore) takeFastMany(rules []*Rule, buckets []Bucket, states []Buc
 
 // decideTiers decides a request of cost at now on ents, the existing token
 // bucket or shaping entries of rules (policy rules, written under their own
-// limits, at most plainTiers, none twice), into d: its tiers and
-// summary, not Cost, At, Degraded, Err or ShadowDenied. It locks every entry but the one of the highest
-// address in the order of their addresses, the one order every take locks
-// in, and decides on that last one's word as it reads it: admitted, the
-// compare-and-swap that writes it checks that it held that word, so that
-// the decision holds at that instant (or it is decided again); denied,
-// the read is that instant. It reports false, having changed nothing, if
-// an entry was dropped meanwhile.
+// limits, at most plainTiers, none twice), into d: its tiers and summary,
+// not Cost, At, Degraded, Err or ShadowDenied. It locks every entry but
+// the one of the highest address in the order of their addresses, the one
+// order every take locks in, and decides on that last one's word as it
+// reads it: admitted, the compare-and-swap that writes it checks that it
+// held that word, so that the decision holds at that instant (or it is
+// decided again); denied, the read is that instant. It reports false if
+// an entry was dropped meanwhile, having changed no entry and cleared the
+// records it wrote in d, for its caller to clear d.
 func decideTiers(ents []*entry, rules []*Rule, now, cost int64, d *Decision) bool {
 	var (
 		words [plainTiers]int64
