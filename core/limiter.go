@@ -1768,47 +1768,29 @@ func (d *Decision) fill(states []BucketState, rules []*Rule, buckets []Bucket, s
 }
 
 // summarize sets d's summary from its inline tier records, of rules, none
-// in shadow mode: fill's choice of the deciding tier, made on the records.
+// in shadow mode: fill's choice of the deciding tier (decides), made on
+// the records.
 func (d *Decision) summarize(rules []*Rule) {
 	allowed := true
 	for i := range d.n {
 		allowed = allowed && d.flags[i]&1 != 0
 	}
-	best, delay := 0, int64(0)
+	var best, t TierState
+	by, delay := 0, time.Duration(0)
 	for i := range d.n {
-		t, b := &d.tiers[i], &d.tiers[best]
-		if allowed {
-			delay = max(delay, t.wait)
-			if t.remaining < b.remaining {
-				best = i
-			}
-			continue
-		}
-		fi, fb := d.flags[i], d.flags[best]
-		ci, cb := Reason(fi>>2) == ReasonCostExceedsLimit, Reason(fb>>2) == ReasonCostExceedsLimit
-		switch {
-		case fi&1 != fb&1:
-			if fi&1 == 0 {
-				best = i
-			}
-		case ci != cb:
-			if ci {
-				best = i
-			}
-		case fi&1 == 0 && t.wait > b.wait:
-			best = i
+		d.tierInto(i, &t)
+		delay = max(delay, t.Delay)
+		if i == 0 || decides(&t.BucketState, &best.BucketState, allowed) {
+			by, best = i, t
 		}
 	}
-	t, f := &d.tiers[best], d.flags[best]
-	d.Allowed, d.Reason = allowed, Reason(f>>2)
-	d.Limit, d.Remaining, d.ResetAfter = t.limit.burst, t.remaining, time.Duration(t.resetAfter)
-	d.RetryAfter, d.Delay = 0, 0
+	d.Allowed, d.Reason = allowed, best.Reason
+	d.Limit, d.Remaining, d.ResetAfter = best.Limit.burst, best.Remaining, best.ResetAfter
+	d.RetryAfter, d.Delay = best.RetryAfter, 0
 	if allowed {
-		d.Delay = time.Duration(delay)
-	} else if f&1 == 0 {
-		d.RetryAfter = time.Duration(t.wait)
+		d.Delay = delay
 	}
-	d.Rule, d.Scope = rules[best].Name, rules[best].Scope
+	d.Rule, d.Scope = rules[by].Name, rules[by].Scope
 }
 
 // clear makes d the zero Decision, field by field: of its tier records,
