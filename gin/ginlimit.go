@@ -13,10 +13,14 @@ import (
 )
 
 // markKey is the key a request's *flow.Mark is kept under in c.Keys, which
-// gin keys by any comparable value: a key of an empty struct type costs a
-// lookup no hashing and comparing of text, as flow.MarkName, a 40-byte
-// string, does, and no other package can name it to set or delete it.
-type markKey struct{}
+// gin keys by any comparable value: a pointer, which no other package can
+// name to set or delete, and whose hash costs less than that of text (as
+// flow.MarkName, a 40-byte string, would be) or of a struct.
+var markKey = new(markKeyType)
+
+// markKeyType is markKey's type. It is not empty, so that markKey is a
+// pointer no other value shares (pointers to empty values may be equal).
+type markKeyType struct{ _ byte }
 
 // errNoRequest is what the error handler gets for a gin.Context without an
 // http.Request, which only a hand-made test context can be.
@@ -31,6 +35,7 @@ type middleware struct {
 	// keys holds maps of one entry, the Mark of a request only this
 	// middleware has checked, ready to become a request's c.Keys.
 	keys sync.Pool
+	self *flow.Mark // the Mark of a request only this middleware checked
 }
 
 // New returns gin middleware that limits requests with limiter, for
@@ -98,8 +103,8 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 	}
 	m := &middleware{engine: e}
 	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
-	self := e.Mark(nil)
-	m.keys.New = func() any { return map[any]any{markKey{}: self} }
+	m.self = e.Mark(nil)
+	m.keys.New = func() any { return map[any]any{markKey: m.self} }
 	e.MiddlewareMade()
 	return m.handle, nil
 }
@@ -109,7 +114,7 @@ func (m *middleware) handle(c *gin.Context) {
 	var res flow.Result
 	var mark, ctxMark *flow.Mark
 	if c.Keys != nil {
-		prev, _ := c.Get(markKey{})
+		prev, _ := c.Get(markKey)
 		mark, _ = prev.(*flow.Mark)
 	}
 	if c.Request != nil {
@@ -190,7 +195,7 @@ func (m *middleware) handle(c *gin.Context) {
 func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark) {
 	c.Request = m.engine.MarkContext(c.Request, ctxMark)
 	if c.Keys != nil {
-		c.Set(markKey{}, m.engine.Mark(prev))
+		c.Set(markKey, m.engine.Mark(prev))
 		c.Next()
 		return
 	}
@@ -203,15 +208,15 @@ func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark) {
 	if len(keys) != 1 || !sameMap(c.Keys, keys) {
 		return
 	}
-	mk, ok := keys[markKey{}]
+	mk, ok := keys[markKey]
 	if !ok {
 		return // a handler deleted the Mark and set another key
 	}
 	c.Keys = nil
 	// A middleware further down, over another limiter, may have replaced
 	// the Mark with one that records both.
-	if self := m.engine.Mark(nil); mk != any(self) {
-		keys[markKey{}] = self
+	if mk != any(m.self) {
+		keys[markKey] = m.self
 	}
 	m.keys.Put(keys)
 }
