@@ -92,7 +92,7 @@ func eightDigits(x uint32) uint64 {
 // leadingZeroDigits returns w, eight digits as eightDigits returns them,
 // shifted down past its leading zeros, and how many there were: the low
 // bytes that are '0', found as the trailing zero bits of w with '0' taken
-// from each byte. w must not be all zeros.
+// from each byte. w must hold a digit other than 0.
 func leadingZeroDigits(w uint64) (uint64, int) {
 	z := bits.TrailingZeros64(w^0x30303030_30303030) / 8
 	return w >> (8 * z), z
