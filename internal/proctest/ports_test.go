@@ -126,10 +126,11 @@ func TestFreePort(t *testing.T) {
 
 func TestHoldPort(t *testing.T) {
 	t.Parallel()
-	// After the release another process may take the port before the test
-	// listens on it (a client's connection is given a port of the same
-	// range): the test then starts again on another port. A release that
-	// does not free the port fails on every one.
+	// Another process may take the port between FreePort and the hold, or
+	// after the release before the test listens on it (a client's
+	// connection is given a port of the same range): the test then starts
+	// again on another port. A release that does not free the port fails
+	// on every one.
 	for attempt := 1; ; attempt++ {
 		if holdPortOnce(t) {
 			return
@@ -140,8 +141,8 @@ func TestHoldPort(t *testing.T) {
 	}
 }
 
-// holdPortOnce checks HoldPort on a free port; it returns false when the
-// port could not be listened on after its release because it was in use.
+// holdPortOnce checks HoldPort on a free port; it returns false when
+// another process took the port, before the hold or after its release.
 func holdPortOnce(t *testing.T) bool {
 	t.Helper()
 	port, err := FreePort()
@@ -150,6 +151,11 @@ func holdPortOnce(t *testing.T) bool {
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	release, err := HoldPort(port)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		// Taken since FreePort found it free.
+		t.Logf("HoldPort(%d) of a free port: %v; another port", port, err)
+		return false
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
