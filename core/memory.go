@@ -290,6 +290,8 @@ func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
 
 // now returns the current Unix ns. Without an injected clock it reads the
 // monotonic clock, which is cheaper than time.Now and never goes backwards.
+// It is too large to be inlined (time.Since inlined into it), so
+// Limiter.decideUnder, the hot path, repeats its body rather than call it.
 func (s *MemoryStore) now() int64 {
 	if s.clock == nil {
 		return s.wall0 + int64(time.Since(s.mono0))
@@ -306,7 +308,7 @@ func (s *MemoryStore) nowOr(now time.Time) int64 {
 }
 
 // clockNow returns the current Unix ns of the injected clock; a call of
-// its own keeps now small enough to be inlined.
+// its own keeps the clock read that decideUnder repeats from now small.
 func (s *MemoryStore) clockNow() int64 { return s.clock.Now().UnixNano() }
 
 // constructed reports whether s was made by NewMemoryStore.
