@@ -16,9 +16,9 @@ import (
 // runs again on the same request (installed at two levels: the router and
 // a group or route) does not charge it twice. Adapters keep it on the
 // request (a context value; fiber's user values and Echo's c.Set under
-// MarkName; gin's c.Keys under a key of the gin adapter's own type) and ask
-// Seen before Check. A Mark is immutable; the zero value and nil record no
-// middleware.
+// MarkName) and ask Seen before Check; gin's records the requests each of
+// its middlewares let through instead, and asks SeenBy. A Mark is
+// immutable; the zero value and nil record no middleware.
 type Mark struct{ engines []*Engine }
 
 // MarkName is the name adapters keep a request's *Mark under, in
@@ -50,15 +50,32 @@ func (e *Engine) Seen(m *Mark, res *Result) bool {
 	}
 	for _, o := range m.engines {
 		if o == e {
-			*res = Result{Outcome: Skipped}
-			return true
+			return e.SeenBy(o, res)
 		}
 	}
 	for _, o := range m.engines {
-		if o.limiter == e.limiter {
-			*res = Result{Outcome: Failed, Err: fmt.Errorf("%w: a %s middleware and a %s middleware over the same limiter checked this request, each charging its tiers: install one, at the router level, and limit stricter tiers to routes with core.Rule.Routes", ErrInstalledTwice, o.adapter, e.adapter)}
+		if e.SeenBy(o, res) {
 			return true
 		}
+	}
+	return false
+}
+
+// SeenBy is Seen for an adapter that records which of its middlewares a
+// request has passed rather than keep a Mark (gin): it reports whether a
+// request that o checked before e needs no Check by e, setting res as
+// Seen does: Skipped when o is e, Failed with an error wrapping
+// ErrInstalledTwice when o is another middleware over e's limiter. It
+// leaves res alone and reports false for a middleware over another
+// limiter, or a nil o.
+func (e *Engine) SeenBy(o *Engine, res *Result) bool {
+	switch {
+	case o == e:
+		*res = Result{Outcome: Skipped}
+		return true
+	case o != nil && o.limiter == e.limiter:
+		*res = Result{Outcome: Failed, Err: fmt.Errorf("%w: a %s middleware and a %s middleware over the same limiter checked this request, each charging its tiers: install one, at the router level, and limit stricter tiers to routes with core.Rule.Routes", ErrInstalledTwice, o.adapter, e.adapter)}
+		return true
 	}
 	return false
 }
@@ -87,7 +104,7 @@ type markCounts struct {
 	// (net/http's: nethttp, chilimit; see HandlerMade).
 	ctx atomic.Int64
 	// native counts the middlewares that keep it on the framework's own
-	// request (gin's c.Keys, Echo's c.Set, fiber's c.Locals) and read the
+	// request (gin's record, Echo's c.Set, fiber's c.Locals) and read the
 	// context's too (see MiddlewareMade).
 	native atomic.Int64
 }

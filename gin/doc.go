@@ -99,9 +99,10 @@
 // # Cost
 //
 // The request view over the gin.Context costs no allocation, and neither
-// does the mark that records the request as checked: a request with no
-// c.Keys yet gets a pooled map holding only the mark, which goes back to
-// the pool once the chain has run if no handler added to it. Per allowed
+// does the record of the requests the middleware has let through: a slot
+// in a table of the middleware's own (8 KiB), taken by a compare-and-swap
+// and cleared when the chain returns, or, when more requests run at once
+// than its slots spread well, an entry in a map under a lock. Per allowed
 // request on the in-memory store the middleware allocates the key strings
 // its key functions build (none for the client IP when it is the TCP
 // peer's IPv4 address, which is used as it is; key functions run only for

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -303,111 +304,163 @@ func TestMarkKeys(t *testing.T) {
 }
 
 // TestHandleContext: engine.HandleContext runs the engine's middleware
-// again on the same request after clearing c.Keys, and the request is
-// charged once per pass, as New documents; the skip function New shows
-// exempts the second pass.
+// again on the same request, which the middleware lets through without
+// charging it again, as New documents; a skip function for the second
+// pass changes nothing.
 func TestHandleContext(t *testing.T) {
 	type redirected struct{}
 	skip := ginlimit.WithSkipFunc(func(c *gin.Context) bool { return c.Request.Context().Value(redirected{}) != nil })
 	for _, tc := range []struct {
-		name      string
-		opts      []ginlimit.Option
-		remaining string
+		name string
+		opts []ginlimit.Option
 	}{
-		{"as it is", nil, "8"},
-		{"second pass skipped", []ginlimit.Option{skip}, "9"},
+		{"as it is", nil},
+		{"second pass skipped", []ginlimit.Option{skip}},
 	} {
+		l := flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 10)})
 		router := gin.New()
-		router.Use(newMiddleware(t, flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerMinute(1), 10)}), tc.opts...))
+		router.Use(newMiddleware(t, l, tc.opts...))
 		router.GET("/index.html", func(c *gin.Context) { c.String(http.StatusOK, "app") })
 		router.NoRoute(func(c *gin.Context) {
 			c.Request.URL.Path = "/index.html"
 			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), redirected{}, true))
 			router.HandleContext(c)
 		})
-		w := do(router, "GET", "/some/deep/link", "192.0.2.1:1234")
-		if w.Code != http.StatusOK || w.Body.String() != "app" || w.Header().Get("X-RateLimit-Remaining") != tc.remaining {
-			t.Errorf("%s: GET /some/deep/link = %d %q, X-RateLimit-Remaining %q; want 200 \"app\", %q", tc.name, w.Code, w.Body.String(), w.Header().Get("X-RateLimit-Remaining"), tc.remaining)
+		for i := range 2 {
+			w := do(router, "GET", "/some/deep/link", "192.0.2.1:1234")
+			want := strconv.Itoa(9 - i)
+			if w.Code != http.StatusOK || w.Body.String() != "app" || w.Header().Get("X-RateLimit-Remaining") != want {
+				t.Errorf("%s: GET /some/deep/link #%d = %d %q, X-RateLimit-Remaining %q; want 200 \"app\", %s", tc.name, i+1, w.Code, w.Body.String(), w.Header().Get("X-RateLimit-Remaining"), want)
+			}
+		}
+		if held, _ := ginlimit.PassesHeld(l); held != 0 {
+			t.Errorf("%s: %d requests still recorded as let through after they were served", tc.name, held)
 		}
 	}
 }
 
-// TestMarkMapReuse: the map that carries the Mark of a request with no
-// c.Keys goes back to the middleware only when the chain left it as it
-// was, and no request sees what an earlier one left in it. After c.Next
-// the handler before the middleware finds c.Keys nil again when nothing
-// else was set, the keys a handler set, the one key a handler put in the
-// Mark's place, or the map a handler put in c.Keys instead; every handler
-// after the middleware finds the Mark alone; the middleware installed
-// twice on a route charges each request once.
-func TestMarkMapReuse(t *testing.T) {
-	limit := func(name string) *core.Limiter {
-		return flowtest.Limiter(t, core.Rule{Name: name, Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 100)})
-	}
-	a, b := newMiddleware(t, limit("a")), newMiddleware(t, limit("b"))
+// TestPasses: what the middleware records of the requests it lets
+// through, and what it leaves of them. Installed twice on a route it
+// charges a request once; c.Keys stays as the handlers left it (nil when
+// none set a value); once a request is served, or its chain panicked, no
+// record of it remains, so that the next request on the same pooled
+// gin.Context is charged.
+func TestPasses(t *testing.T) {
+	l := flowtest.Limiter(t, core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 100)})
+	a := newMiddleware(t, l)
 	var after map[any]any // c.Keys once the middleware returned
 	outer := func(c *gin.Context) {
 		c.Next()
 		after = c.Keys
 	}
-	// alone: the Mark, and nothing an earlier request left.
-	alone := func(c *gin.Context) {
-		if _, isMark := c.Keys[ginlimit.MarkKey].(*flow.Mark); len(c.Keys) != 1 || !isMark {
-			t.Errorf("%s: c.Keys = %v after the middleware, want the Mark alone", c.Request.URL.Path, c.Keys)
+	var held int
+	inside := func(c *gin.Context) {
+		if len(c.Keys) != 0 {
+			t.Errorf("%s: c.Keys = %v after the middleware, want none", c.Request.URL.Path, c.Keys)
 		}
+		held, _ = ginlimit.PassesHeld(l)
 	}
-	var replaced map[any]any
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
 	e := gin.New()
-	e.GET("/plain", outer, a, alone, ok)
-	e.GET("/set", outer, a, alone, func(c *gin.Context) { c.Set("user", "alice") }, ok)
-	e.GET("/swap", outer, a, alone, func(c *gin.Context) {
-		delete(c.Keys, ginlimit.MarkKey)
-		c.Set("other", 1)
-	}, ok)
-	e.GET("/replace", outer, a, alone, func(c *gin.Context) {
-		replaced = maps.Clone(c.Keys)
-		c.Keys = replaced
-	}, ok)
-	e.GET("/two", outer, a, b, ok)
-	e.GET("/twice", outer, a, alone, a, alone, ok)
+	e.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, _ any) { c.AbortWithStatus(http.StatusTeapot) }))
+	e.GET("/plain", outer, a, inside, ok)
+	e.GET("/set", outer, a, inside, func(c *gin.Context) { c.Set("user", "alice") }, ok)
+	e.GET("/twice", outer, a, inside, a, inside, ok)
+	e.GET("/panic", outer, a, inside, func(*gin.Context) { panic("handler") })
 
 	for j, tc := range []struct {
-		path  string
-		check func(map[any]any) bool
-		want  string
+		path   string
+		status int
+		keys   func(map[any]any) bool
+		want   string
 	}{
-		{"/plain", func(m map[any]any) bool { return m == nil }, "nil"},
-		{"/set", func(m map[any]any) bool { return len(m) == 2 && m["user"] == "alice" && m[ginlimit.MarkKey] != nil }, "the Mark and user"},
-		{"/swap", func(m map[any]any) bool { return len(m) == 1 && m["other"] == 1 }, "other alone"},
-		{"/replace", func(m map[any]any) bool {
-			return len(m) == 1 && reflect.ValueOf(m).UnsafePointer() == reflect.ValueOf(replaced).UnsafePointer()
-		}, "the handler's map"},
-		{"/two", func(m map[any]any) bool { return m == nil }, "nil"},
-		{"/twice", func(m map[any]any) bool { return m == nil }, "nil"},
+		{"/plain", http.StatusOK, func(m map[any]any) bool { return m == nil }, "nil"},
+		{"/set", http.StatusOK, func(m map[any]any) bool { return len(m) == 1 && m["user"] == "alice" }, "user alone"},
+		{"/twice", http.StatusOK, func(m map[any]any) bool { return m == nil }, "nil"},
+		{"/panic", http.StatusTeapot, nil, ""},
 	} {
 		t.Run(strings.TrimPrefix(tc.path, "/"), func(t *testing.T) {
 			// A peer per path: its tier counts this path's requests only.
 			peer := "192.0.2." + strconv.Itoa(j+1) + ":1"
 			for i := range 5 {
-				// Every other request goes to /plain first, which takes
-				// the map the last request on tc.path may have returned.
-				if i%2 == 1 {
-					if w := do(e, "GET", "/plain", "198.51.100.1:1"); w.Code != http.StatusOK {
-						t.Fatalf("GET /plain = %d", w.Code)
-					}
-				}
+				after, held = nil, -1
 				w := do(e, "GET", tc.path, peer)
-				if w.Code != http.StatusOK {
-					t.Fatalf("GET %s #%d = %d, want 200", tc.path, i+1, w.Code)
+				if w.Code != tc.status {
+					t.Fatalf("GET %s #%d = %d, want %d", tc.path, i+1, w.Code, tc.status)
 				}
 				if got, want := w.Header().Get("X-RateLimit-Remaining"), strconv.Itoa(99-i); got != want {
 					t.Errorf("GET %s #%d: X-RateLimit-Remaining %s, want %s (charged once)", tc.path, i+1, got, want)
 				}
-				if !tc.check(after) {
+				if held != 1 {
+					t.Errorf("GET %s #%d: %d requests recorded as let through while the chain ran, want 1", tc.path, i+1, held)
+				}
+				if tc.keys != nil && !tc.keys(after) {
 					t.Errorf("GET %s #%d: c.Keys = %v before the middleware after c.Next, want %s", tc.path, i+1, after, tc.want)
+				}
+				if n, _ := ginlimit.PassesHeld(l); n != 0 {
+					t.Errorf("GET %s #%d: %d requests recorded as let through once served, want 0", tc.path, i+1, n)
 				}
 			}
 		})
 	}
+}
+
+// TestSiblingMadeLater: a gin middleware made over a limiter while a
+// request another one let through is running fails that request with
+// flow.ErrInstalledTwice rather than charge it again; over another
+// limiter it charges it. A middleware that is collected leaves its
+// limiter's list.
+func TestSiblingMadeLater(t *testing.T) {
+	rule := core.Rule{Name: "per-ip", Scope: core.ScopeIP, Limit: core.TokenBucket(core.PerHour(1), 10)}
+	for _, same := range []bool{true, false} {
+		l := flowtest.Limiter(t, rule)
+		other := l
+		if !same {
+			other = flowtest.Limiter(t, rule)
+		}
+		var got error
+		e := gin.New()
+		e.GET("/x", newMiddleware(t, l), func(c *gin.Context) {
+			later, err := ginlimit.New(other, ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
+				got = err
+				c.String(http.StatusInternalServerError, "failed")
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			later(c)
+			if !c.IsAborted() {
+				c.String(http.StatusOK, "ok")
+			}
+		})
+		w := do(e, "GET", "/x", "192.0.2.1:1")
+		switch {
+		case same && (w.Code != http.StatusInternalServerError || !errors.Is(got, flow.ErrInstalledTwice)):
+			t.Errorf("one limiter: %d, %v; want 500, flow.ErrInstalledTwice", w.Code, got)
+		case !same && (w.Code != http.StatusOK || got != nil):
+			t.Errorf("two limiters: %d, %v; want 200", w.Code, got)
+		}
+		for _, l := range []*core.Limiter{l, other} {
+			if d, err := l.AllowN(context.Background(), core.Request{IP: "192.0.2.1"}, 0); err != nil || d.Remaining != 9 {
+				t.Errorf("one limiter %v: remaining %d, %v; want 9, charged once", same, d.Remaining, err)
+			}
+		}
+	}
+	// The middlewares made in the handler are garbage now: the list of
+	// the limiter keeps the one on the route.
+	l := flowtest.Limiter(t, rule)
+	keep := newMiddleware(t, l)
+	for range 3 {
+		newMiddleware(t, l)
+	}
+	for i := 0; ; i++ {
+		runtime.GC()
+		if _, n := ginlimit.PassesHeld(l); n == 1 {
+			break
+		} else if i == 100 {
+			t.Fatalf("%d middlewares listed over the limiter after the others were collected, want 1", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	runtime.KeepAlive(keep)
 }

@@ -3,8 +3,6 @@ package ginlimit
 import (
 	"errors"
 	"net/http"
-	"sync"
-	"unsafe"
 
 	"github.com/gin-gonic/gin"
 
@@ -12,30 +10,18 @@ import (
 	"github.com/bucketry/ratelimit/flow"
 )
 
-// markKey is the key a request's *flow.Mark is kept under in c.Keys, which
-// gin keys by any comparable value: a pointer, which no other package can
-// name to set or delete, and whose hash costs less than that of text (as
-// flow.MarkName, a 40-byte string, would be) or of a struct.
-var markKey = new(markKeyType)
-
-// markKeyType is markKey's type. It is not empty, so that markKey is a
-// pointer no other value shares (pointers to empty values may be equal).
-type markKeyType struct{ _ byte }
-
 // errNoRequest is what the error handler gets for a gin.Context without an
 // http.Request, which only a hand-made test context can be.
 var errNoRequest = errors.New("ginlimit: gin.Context has no Request")
 
 // middleware is what the gin.HandlerFunc returned by New runs. It is
-// immutable after New and safe for concurrent use.
+// safe for concurrent use; but for passes, it does not change after New.
 type middleware struct {
-	engine  *flow.Engine
-	deny    DenyHandler  // nil: the problem body
-	onError ErrorHandler // nil: record, status text
-	// keys holds maps of one entry, the Mark of a request only this
-	// middleware has checked, ready to become a request's c.Keys.
-	keys sync.Pool
-	self *flow.Mark // the Mark of a request only this middleware checked
+	engine   *flow.Engine
+	deny     DenyHandler  // nil: the problem body
+	onError  ErrorHandler // nil: record, status text
+	passes   *passes      // the requests it has let through, in progress
+	siblings *siblings    // the gin middlewares over its limiter, itself included
 }
 
 // New returns gin middleware that limits requests with limiter, for
@@ -61,24 +47,11 @@ type middleware struct {
 //
 // engine.HandleContext, an internal redirect (a single-page app's fallback
 // in NoRoute), runs the engine's middleware again on the same request,
-// after clearing c.Keys, which held the record of the first pass: the
-// request is charged twice. What gin keeps across HandleContext, the
-// request, could carry the record only in a copy of c.Request with a new
-// context, two allocations on every request of every app, for the
-// middleware cannot tell an app that calls HandleContext from one that
-// does not. Serve the fallback without going through the engine again
-// (c.File), or exempt the second pass, marking the request before the
-// call:
-//
-//	type redirected struct{}
-//	rl, err := ginlimit.New(limiter, ginlimit.WithSkipFunc(func(c *gin.Context) bool {
-//		return c.Request.Context().Value(redirected{}) != nil
-//	}))
-//	router.NoRoute(func(c *gin.Context) {
-//		c.Request.URL.Path = "/index.html"
-//		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), redirected{}, true))
-//		router.HandleContext(c)
-//	})
+// whose chain is still running: that pass lets it through uncharged, as a
+// second installation does, so the request is charged once, under the
+// route gin matched first (none, for NoRoute). The middleware records the
+// requests it has let through by their gin.Context while their chain
+// runs, not in c.Keys, which it leaves as the handlers set it.
 //
 // For each request it derives the keys, plan and cost, asks the limiter
 // (waiting out a shaping delay, until the request's context ends), and
@@ -101,10 +74,9 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{engine: e}
+	m := &middleware{engine: e, passes: newPasses()}
 	m.deny, m.onError = flow.Handlers[DenyHandler, ErrorHandler](e)
-	m.self = e.Mark(nil)
-	m.keys.New = func() any { return map[any]any{markKey: m.self} }
+	m.siblings = join(limiter, m)
 	e.MiddlewareMade()
 	return m.handle, nil
 }
@@ -112,19 +84,15 @@ func New(limiter *core.Limiter, opts ...Option) (gin.HandlerFunc, error) {
 // handle limits one request.
 func (m *middleware) handle(c *gin.Context) {
 	var res flow.Result
-	var mark, ctxMark *flow.Mark
-	if c.Keys != nil {
-		prev, _ := c.Get(markKey)
-		mark, _ = prev.(*flow.Mark)
-	}
+	var ctxMark *flow.Mark
 	if c.Request != nil {
 		// A net/http handler over the limiter (nethttp around the engine)
 		// marks the request's context.
 		ctxMark = m.engine.ContextMark(c.Request.Context())
 	}
 	// Seen is false for a nil Mark, the common case, asked here without
-	// the calls.
-	seen := mark != nil && m.engine.Seen(mark, &res) || ctxMark != nil && m.engine.Seen(ctxMark, &res)
+	// the call.
+	seen := m.seen(c, &res) || ctxMark != nil && m.engine.Seen(ctxMark, &res)
 	switch {
 	case seen:
 	case c.Request == nil:
@@ -135,13 +103,13 @@ func (m *middleware) handle(c *gin.Context) {
 	switch res.Outcome {
 	case flow.Proceed:
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
-		m.next(c, mark, ctxMark) // never seen: Seen's outcomes are Skipped and Failed
+		m.next(c, ctxMark) // never seen: Seen's outcomes are Skipped and Failed
 	case flow.Skipped:
 		if seen {
-			c.Next() // the Mark records this middleware already
+			c.Next() // let through by this middleware already
 			return
 		}
-		m.next(c, mark, ctxMark)
+		m.next(c, ctxMark)
 	case flow.Denied, flow.Unavailable:
 		c.Abort()
 		m.engine.SetHTTPHeaders(c.Writer.Header(), &res)
@@ -175,57 +143,37 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 }
 
-// next runs the rest of the chain on a request that goes on and that
-// this middleware's Mark does not record yet, with its Mark recording this
-// middleware, so that a middleware over the same limiter further down the
-// chain does not charge it again; and, while a net/http handler exists
-// over the limiter, which the chain may call (gin.WrapH), with the mark in
-// the request's context too (flow.Engine.MarkContext), whose Mark was
-// ctxMark.
-//
-// A request with no c.Keys yet gets a map from the pool that holds only
-// the Mark, rather than the map c.Set would make (two allocations per
-// request). The chain runs inside c.Next, so once it returns no handler
-// after this one needs the Mark: if c.Keys is still that map and it holds
-// only the Mark, it goes back to the pool, and c.Keys back to nil, as it
-// was. A map a handler added keys to stays with the request, as c.Set's
-// would, and so does one that a handler put in c.Keys in its place
-// (engine.HandleContext clears c.Keys, and a second pass may leave its own
-// map there).
-func (m *middleware) next(c *gin.Context, prev, ctxMark *flow.Mark) {
-	c.Request = m.engine.MarkContext(c.Request, ctxMark)
-	if c.Keys != nil {
-		c.Set(markKey, m.engine.Mark(prev))
-		c.Next()
-		return
+// seen reports whether a gin middleware over m's limiter has let c
+// through, its chain still running, and if so sets res as
+// flow.Engine.SeenBy does: Skipped when m did, Failed when another did.
+func (m *middleware) seen(c *gin.Context, res *flow.Result) bool {
+	if m.passes.has(c) {
+		*res = flow.Result{Outcome: flow.Skipped}
+		return true
 	}
-	keys := m.keys.Get().(map[any]any)
-	c.Keys = keys
-	c.Next()
-	// The cheap tests first, the lookup, which hashes an interface key,
-	// last. Ranging over the one entry instead would cost more: setting
-	// up a map iterator outweighs the hash.
-	if len(keys) != 1 || !sameMap(c.Keys, keys) {
-		return
+	list := *m.siblings.list.Load()
+	if len(list) == 1 {
+		return false // m alone, which lives while it runs
 	}
-	mk, ok := keys[markKey]
-	if !ok {
-		return // a handler deleted the Mark and set another key
+	for _, w := range list {
+		if o := w.Value(); o != nil && o != m && o.passes.has(c) {
+			return m.engine.SeenBy(o.engine, res)
+		}
 	}
-	c.Keys = nil
-	// A middleware further down, over another limiter, may have replaced
-	// the Mark with one that records both.
-	if mk != any(m.self) {
-		keys[markKey] = m.self
-	}
-	m.keys.Put(keys)
+	return false
 }
 
-// sameMap reports whether a and b are the same map. A map value is one
-// pointer, to the runtime's map (the pointer reflect.Value.UnsafePointer
-// returns for a map); comparing those directly spares the two reflect
-// calls per request. TestMarkMapReuse fails if it answers wrongly either
-// way.
-func sameMap(a, b map[any]any) bool {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
+// next runs the rest of the chain on a request that goes on and that m
+// has not let through before, recording it in m.passes while the chain
+// runs, so that a gin middleware over the same limiter further down does
+// not charge it again; and, while a net/http handler exists over the
+// limiter, which the chain may call (gin.WrapH), with the mark in the
+// request's context too (flow.Engine.MarkContext), whose Mark was
+// ctxMark. The record goes when the chain returns or panics: the
+// gin.Context goes back to gin's pool after, for another request.
+func (m *middleware) next(c *gin.Context, ctxMark *flow.Mark) {
+	c.Request = m.engine.MarkContext(c.Request, ctxMark)
+	at := m.passes.add(c)
+	defer m.passes.remove(c, at)
+	c.Next()
 }
