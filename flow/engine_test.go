@@ -441,3 +441,31 @@ func TestMarkAcrossAdapters(t *testing.T) {
 		t.Errorf("the net/http handler after the gin middleware: Seen = %v, %v; want ErrInstalledTwice", res.Outcome, res.Err)
 	}
 }
+
+// TestShared: what an adapter keeps under a key is one value per limiter,
+// made once, apart from another key's and another limiter's; without a
+// way to make one, nothing is made.
+func TestShared(t *testing.T) {
+	rule := core.Rule{Name: "global", Scope: core.ScopeGlobal, Limit: core.TokenBucket(core.PerMinute(1), 10)}
+	l, other := flowtest.Limiter(t, rule), flowtest.Limiter(t, rule)
+	type key struct{}
+	type otherKey struct{}
+	made := 0
+	newValue := func() any { made++; return new(int) }
+	if v := flow.Shared(l, key{}, nil); v != nil {
+		t.Fatalf("Shared with no value made: %v, want nil", v)
+	}
+	a := flow.Shared(l, key{}, newValue)
+	if b := flow.Shared(l, key{}, newValue); a == nil || b != a || made != 1 {
+		t.Errorf("Shared twice over one limiter: %p, %p, %d made; want one value, made once", a, b, made)
+	}
+	if b := flow.Shared(l, key{}, nil); b != a {
+		t.Errorf("Shared with no way to make one: %p, want the value kept, %p", b, a)
+	}
+	if b := flow.Shared(l, otherKey{}, newValue); b == a {
+		t.Error("another key shares the value")
+	}
+	if b := flow.Shared(other, key{}, newValue); b == a {
+		t.Error("another limiter shares the value")
+	}
+}

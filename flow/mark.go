@@ -107,6 +107,24 @@ type markCounts struct {
 	// request (gin's record, Echo's c.Set, fiber's c.Locals) and read the
 	// context's too (see MiddlewareMade).
 	native atomic.Int64
+	// shared holds what adapters keep per limiter (see Shared).
+	shared sync.Map
+}
+
+// Shared returns the value an adapter keeps under key for limiter, shared
+// by all its middlewares over that limiter, which newValue makes when
+// there is none yet (a nil newValue makes none: Shared returns nil). The
+// value goes when the limiter is collected. key must be comparable, and of
+// a type of the adapter's own, so that adapters never share a value. gin
+// keeps its middlewares over the limiter there, to find a request another
+// one has let through.
+func Shared(limiter *core.Limiter, key any, newValue func() any) any {
+	c := markCountsOf(limiter)
+	if v, ok := c.shared.Load(key); ok || newValue == nil {
+		return v
+	}
+	v, _ := c.shared.LoadOrStore(key, newValue())
+	return v
 }
 
 // markCountsOf returns limiter's counts.

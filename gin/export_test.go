@@ -2,7 +2,6 @@ package ginlimit
 
 import (
 	"unsafe"
-	"weak"
 
 	"github.com/gin-gonic/gin"
 
@@ -13,11 +12,11 @@ import (
 // as let through, their chains running, and how many middlewares the
 // limiter's list holds, collected ones included.
 func PassesHeld(l *core.Limiter) (held, listed int) {
-	v, ok := siblingsByLimiter.Load(weak.Make(l))
-	if !ok {
+	s := siblingsOf(l, false)
+	if s == nil {
 		return 0, 0
 	}
-	list := *v.(*siblings).list.Load()
+	list := *s.list.Load()
 	for _, w := range list {
 		m := w.Value()
 		if m == nil {

@@ -148,8 +148,7 @@ func (m *middleware) handle(c *gin.Context) {
 // flow.Engine.SeenBy does: Skipped when m did, Failed when another did.
 func (m *middleware) seen(c *gin.Context, res *flow.Result) bool {
 	if m.passes.has(c) {
-		*res = flow.Result{Outcome: flow.Skipped}
-		return true
+		return m.engine.SeenBy(m.engine, res)
 	}
 	list := *m.siblings.list.Load()
 	if len(list) == 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/bucketry/ratelimit/core"
+	"github.com/bucketry/ratelimit/flow"
 )
 
 // passes records the requests a middleware has let through whose chain
@@ -25,9 +26,8 @@ import (
 // Most requests take a slot of a table of addresses, found by hashing
 // the context's: a group of passGroup slots, one cache line (the table,
 // 8 KiB holding no pointers, is an object of that size class, which the
-// allocator aligns to 8 KiB), which
-// the request claims by a compare-and-swap and clears when its chain
-// returns. A request that finds its group full (more requests at once
+// allocator aligns to 8 KiB), which the request claims by a
+// compare-and-swap and clears when its chain returns. A request that finds its group full (more requests at once
 // than the table spreads well) goes in a map under a lock instead, so
 // that the record never drops one.
 type passes struct {
@@ -117,30 +117,32 @@ func (p *passes) remove(c *gin.Context, at int) {
 }
 
 // siblings are the gin middlewares made over one limiter, each of which
-// fails a request another one has let through (flow.Engine.SeenBy).
+// fails a request another one has let through (flow.Engine.SeenBy). They
+// are kept with the limiter (flow.Shared), and each is dropped from them
+// when it is collected.
 type siblings struct {
 	mu   sync.Mutex                                 // serializes changes of list
 	list atomic.Pointer[[]weak.Pointer[middleware]] // copied on write
 }
 
-// siblingsByLimiter holds each limiter's siblings. The limiter is held
-// weakly, and its entry dropped when it is collected; a middleware is
-// dropped from its siblings when it is collected.
-var siblingsByLimiter sync.Map // weak.Pointer[core.Limiter] -> *siblings
+// siblingsKey is the key of a limiter's siblings in flow.Shared.
+type siblingsKey struct{}
+
+// siblingsOf returns the siblings of the gin middlewares over limiter;
+// with add false, nil when there are none.
+func siblingsOf(limiter *core.Limiter, add bool) *siblings {
+	var newValue func() any
+	if add {
+		newValue = func() any { return new(siblings) }
+	}
+	s, _ := flow.Shared(limiter, siblingsKey{}, newValue).(*siblings)
+	return s
+}
 
 // join adds m to the siblings of the gin middlewares over limiter, and
 // returns them.
 func join(limiter *core.Limiter, m *middleware) *siblings {
-	wl := weak.Make(limiter)
-	v, ok := siblingsByLimiter.Load(wl)
-	if !ok {
-		var loaded bool
-		v, loaded = siblingsByLimiter.LoadOrStore(wl, new(siblings))
-		if !loaded {
-			runtime.AddCleanup(limiter, func(wl weak.Pointer[core.Limiter]) { siblingsByLimiter.Delete(wl) }, wl)
-		}
-	}
-	s := v.(*siblings)
+	s := siblingsOf(limiter, true)
 	wm := weak.Make(m)
 	s.change(func(list []weak.Pointer[middleware]) []weak.Pointer[middleware] { return append(list, wm) })
 	runtime.AddCleanup(m, func(s *siblings) {
