@@ -408,14 +408,16 @@ func backoff(spins *int) {
 }
 
 // spinLimit is how many times backoff lets its caller look at a held entry
-// again before it yields. A decision holds its entries for about a
-// hundred nanoseconds, and a yield costs more than that: with two cores
-// deciding three tiers on the same buckets (the benchmarks module's
-// ThreeTier at two goroutines), yielding after 4 looks put 17% of the CPU
-// profile's samples in the scheduler, and 128 looks took a decision from
-// 102.6 to 82.5 ns (6 interleaved rounds; 256 and 512 did no better). A
-// holder that was preempted is waited for 128 looks, a few microseconds
-// at most, before the spinner gives its processor up.
+// again before it yields. A decision holds its entries for part of its
+// own time (a three-tier decision takes about 90 ns at one goroutine),
+// and a yield costs more than that: with two cores deciding three tiers
+// on the same buckets (the benchmarks module's ThreeTier at two
+// goroutines), yielding after 4 looks put 17% of the CPU profile's
+// samples in the scheduler, and 128 looks took a decision from 102.6 to
+// 82.5 ns (6 interleaved rounds; 256 and 512 did no better). A holder
+// that does not run (preempted) costs a waiter 128 looks at a line no one
+// writes before it yields: 59 to 64 ns in 5 runs of a benchmark of that
+// loop.
 const spinLimit = 128
 
 // tableFor returns the table of r, a rule of a policy, remembering it in r.

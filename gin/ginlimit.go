@@ -90,8 +90,8 @@ func (m *middleware) handle(c *gin.Context) {
 		// marks the request's context.
 		ctxMark = m.engine.ContextMark(c.Request.Context())
 	}
-	// Seen is false for a nil Mark, the common case, asked here without
-	// the call.
+	// The context's Mark is asked about only when there is one, which
+	// takes a net/http handler over the limiter.
 	seen := m.seen(c, &res) || ctxMark != nil && m.engine.Seen(ctxMark, &res)
 	switch {
 	case seen:
